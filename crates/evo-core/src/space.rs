@@ -36,7 +36,7 @@ pub enum SpaceError {
     BadValue(String, String),
     #[error("`{0}` is defined twice (as a knob, derived value or context variable)")]
     Duplicate(String),
-    #[error("`{name}` (`{source_text}`) reads `{variable}`, which is not a knob, derived value or context variable{hint}")]
+    #[error("`{name}` (`{source_text}`) reads `{variable}`, which is not a knob, derived value, or specialization, target or shape variable{hint}")]
     UnknownVariable {
         name: String,
         source_text: String,
