@@ -16,14 +16,17 @@ struct SmemTile {
     static_assert(MODE == SWIZZLE_NONE || MODE == SWIZZLE_PAD || MODE == SWIZZLE_XOR,
                   "unknown swizzle mode");
     static_assert(ROWS > 0 && COLS > 0 && COLS % 8 == 0, "COLS must be a multiple of 8 elements");
-    static constexpr int CHUNKS_PER_ROW = COLS / 8;
+    // (enums rather than static constexpr members: NVRTC would emit those as .global variables)
+    enum : int {
+        CHUNKS_PER_ROW = COLS / 8,
+        // Elements between the starts of consecutive rows.
+        ROW_STRIDE = MODE == SWIZZLE_PAD ? COLS + 8 : COLS,
+        // Elements the tile occupies (a multiple of 8, so consecutive tiles stay 16-byte aligned).
+        SIZE = ROWS * ROW_STRIDE,
+        BYTES = SIZE * 2,
+    };
     static_assert(MODE != SWIZZLE_XOR || (CHUNKS_PER_ROW & (CHUNKS_PER_ROW - 1)) == 0,
                   "xor swizzle needs a power-of-two number of chunks per row");
-    // Elements between the starts of consecutive rows.
-    static constexpr int ROW_STRIDE = MODE == SWIZZLE_PAD ? COLS + 8 : COLS;
-    // Elements the tile occupies (a multiple of 8, so consecutive tiles stay 16-byte aligned).
-    static constexpr int SIZE = ROWS * ROW_STRIDE;
-    static constexpr int BYTES = SIZE * 2;
 
     // Element offset of (row, col); col is normally a chunk start (multiple of 8), any bits
     // below 8 are kept within the chunk.
