@@ -176,8 +176,17 @@ fn add_common(tera: &mut tera::Tera, templates_root: &Path) -> Result<(), Family
 
 impl Family {
     /// Loads `templates_root/<problem>/<family>.toml`.
-    pub fn load(templates_root: &Path, problem_name: &str, family: &str) -> Result<Family, FamilyError> {
-        Self::load_file(&templates_root.join(problem_name).join(format!("{family}.toml")), templates_root)
+    pub fn load(
+        templates_root: &Path,
+        problem_name: &str,
+        family: &str,
+    ) -> Result<Family, FamilyError> {
+        Self::load_file(
+            &templates_root
+                .join(problem_name)
+                .join(format!("{family}.toml")),
+            templates_root,
+        )
     }
 
     /// Loads a family file; `templates_root` holds `common/`.
@@ -198,36 +207,60 @@ impl Family {
 
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
         if raw.name != stem {
-            return Err(invalid(None, "name", format!(
-                "name = \"{}\" but the file is {stem}.toml; they must match", raw.name
-            )));
+            return Err(invalid(
+                None,
+                "name",
+                format!(
+                    "name = \"{}\" but the file is {stem}.toml; they must match",
+                    raw.name
+                ),
+            ));
         }
         let problem = problem(&raw.problem).ok_or_else(|| {
             let known: Vec<&str> = crate::problems().iter().map(|p| p.name()).collect();
-            invalid(None, "problem", format!("unknown problem `{}`; known: {known:?}", raw.problem))
+            invalid(
+                None,
+                "problem",
+                format!("unknown problem `{}`; known: {known:?}", raw.problem),
+            )
         })?;
 
         // Knobs.
         let mut knobs = Vec::new();
         for (name, values) in &raw.knobs {
             let list = values.as_array().ok_or_else(|| {
-                invalid(Some("knobs"), name, format!("knob `{name}` must be a list of values"))
+                invalid(
+                    Some("knobs"),
+                    name,
+                    format!("knob `{name}` must be a list of values"),
+                )
             })?;
             let values = list
                 .iter()
                 .map(|v| {
                     Value::from_toml(v).ok_or_else(|| {
-                        invalid(Some("knobs"), name, format!(
+                        invalid(
+                            Some("knobs"),
+                            name,
+                            format!(
                             "knob `{name}`: values must be integers, strings or booleans, not {}",
                             v.type_str()
-                        ))
+                        ),
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            knobs.push(Knob { name: name.clone(), values });
+            knobs.push(Knob {
+                name: name.clone(),
+                values,
+            });
         }
         if knobs.is_empty() {
-            return Err(invalid(None, "knobs", "[knobs] is empty: a family needs at least one knob".into()));
+            return Err(invalid(
+                None,
+                "knobs",
+                "[knobs] is empty: a family needs at least one knob".into(),
+            ));
         }
 
         // Names each kind of expression may read.
@@ -240,9 +273,14 @@ impl Family {
                 .iter()
                 .map(|(name, v)| {
                     let src = v.as_str().ok_or_else(|| {
-                        invalid(Some(section), name, format!("`{name}` must be an expression in a string"))
+                        invalid(
+                            Some(section),
+                            name,
+                            format!("`{name}` must be an expression in a string"),
+                        )
                     })?;
-                    let expr = Expr::parse(src).map_err(|e| invalid(Some(section), name, e.to_string()))?;
+                    let expr = Expr::parse(src)
+                        .map_err(|e| invalid(Some(section), name, e.to_string()))?;
                     Ok((name.clone(), expr))
                 })
                 .collect::<Result<Vec<_>, FamilyError>>()
@@ -263,31 +301,44 @@ impl Family {
                 return Err(FamilyError::Invalid {
                     path: path.to_path_buf(),
                     line: None,
-                    message: "no [launch] rule: give grid, block and shared_bytes expressions".into(),
+                    message: "no [launch] rule: give grid, block and shared_bytes expressions"
+                        .into(),
                 })
             }
             Some(toml::Value::Array(a)) => a,
             Some(t @ toml::Value::Table(_)) => vec![t],
             Some(other) => {
-                return Err(invalid(None, "launch", format!("`launch` must be a table, not {}", other.type_str())))
+                return Err(invalid(
+                    None,
+                    "launch",
+                    format!("`launch` must be a table, not {}", other.type_str()),
+                ))
             }
         };
         let mut launch_names = names.clone();
         launch_names.extend(problem.shape_vars().iter().map(|v| v.name.to_string()));
         let mut launches = Vec::new();
         for (i, rl) in raw_launches.into_iter().enumerate() {
-            let rl: RawLaunch = rl.try_into().map_err(|e: toml::de::Error| FamilyError::Invalid {
-                path: path.to_path_buf(),
-                line: None,
-                message: format!("launch rule #{}: {}", i + 1, e.to_string().trim_end()),
-            })?;
+            let rl: RawLaunch =
+                rl.try_into()
+                    .map_err(|e: toml::de::Error| FamilyError::Invalid {
+                        path: path.to_path_buf(),
+                        line: None,
+                        message: format!("launch rule #{}: {}", i + 1, e.to_string().trim_end()),
+                    })?;
             let parse3 = |what: &str, v: &[String]| -> Result<[Expr; 3], FamilyError> {
                 let mut exprs: Vec<Expr> = v
                     .iter()
-                    .map(|s| Expr::parse(s).map_err(|e| invalid(Some("launch"), what, e.to_string())))
+                    .map(|s| {
+                        Expr::parse(s).map_err(|e| invalid(Some("launch"), what, e.to_string()))
+                    })
                     .collect::<Result<_, _>>()?;
                 if exprs.is_empty() || exprs.len() > 3 {
-                    return Err(invalid(Some("launch"), what, format!("`{what}` needs 1 to 3 expressions (x, y, z)")));
+                    return Err(invalid(
+                        Some("launch"),
+                        what,
+                        format!("`{what}` needs 1 to 3 expressions (x, y, z)"),
+                    ));
                 }
                 while exprs.len() < 3 {
                     exprs.push(Expr::int(1));
@@ -302,18 +353,29 @@ impl Family {
                     .map_err(|e| invalid(Some("launch"), "shared_bytes", e.to_string()))?,
             };
             for (what, expr) in rule.exprs() {
-                check_expr_names(&format!("launch rule of `{}`, {what}", rule.kernel), expr, &launch_names)
-                    .map_err(|e| invalid(Some("launch"), what.split('[').next().unwrap_or(""), e.to_string()))?;
+                check_expr_names(
+                    &format!("launch rule of `{}`, {what}", rule.kernel),
+                    expr,
+                    &launch_names,
+                )
+                .map_err(|e| {
+                    invalid(
+                        Some("launch"),
+                        what.split('[').next().unwrap_or(""),
+                        e.to_string(),
+                    )
+                })?;
             }
             launches.push(rule);
         }
 
         // Template and shared headers.
         let template_path = path.parent().unwrap_or(Path::new(".")).join(&raw.template);
-        let template_text = std::fs::read_to_string(&template_path).map_err(|source| FamilyError::Read {
-            path: template_path.clone(),
-            source,
-        })?;
+        let template_text =
+            std::fs::read_to_string(&template_path).map_err(|source| FamilyError::Read {
+                path: template_path.clone(),
+                source,
+            })?;
         let mut tera = tera::Tera::default();
         tera.autoescape_on(vec![]);
         add_common(&mut tera, templates_root)?;
@@ -343,19 +405,25 @@ impl Family {
 
     /// The space of this family bound to compile contexts (specialization + target vars).
     pub fn space(&self, contexts: Vec<Vars>) -> Result<Space, FamilyError> {
-        Space::new(self.knobs.clone(), self.derived.clone(), self.constraints.clone(), contexts).map_err(|e| {
-            FamilyError::Invalid {
-                path: self.path.clone(),
-                line: None,
-                message: e.to_string(),
-            }
+        Space::new(
+            self.knobs.clone(),
+            self.derived.clone(),
+            self.constraints.clone(),
+            contexts,
+        )
+        .map_err(|e| FamilyError::Invalid {
+            path: self.path.clone(),
+            line: None,
+            message: e.to_string(),
         })
     }
 
     /// The context used to validate a family without a config: each specialization
     /// variable at its default (or first) value, on the default target.
     pub fn probe_context(&self) -> Vars {
-        let mut ctx = Target::from_arch(DEFAULT_ARCH).expect("default arch is known").vars();
+        let mut ctx = Target::from_arch(DEFAULT_ARCH)
+            .expect("default arch is known")
+            .vars();
         for v in self.problem.spec_vars() {
             ctx.insert(v.name.to_string(), v.probe_value());
         }
@@ -371,14 +439,23 @@ impl Family {
     }
 
     /// Renders one genome in one context of `space`, with a header naming what it is.
-    pub fn render(&self, space: &Space, genome: &Genome, context: usize) -> Result<String, FamilyError> {
+    pub fn render(
+        &self,
+        space: &Space,
+        genome: &Genome,
+        context: usize,
+    ) -> Result<String, FamilyError> {
         let render_err = |message: String| FamilyError::Render {
             family: self.name.clone(),
             genome: genome.canonical(),
             message,
         };
-        let vars = space.vars(genome, context).map_err(|e| render_err(e.to_string()))?;
-        let body = self.render_vars(&vars).map_err(|e| render_err(tera_message(&e)))?;
+        let vars = space
+            .vars(genome, context)
+            .map_err(|e| render_err(e.to_string()))?;
+        let body = self
+            .render_vars(&vars)
+            .map_err(|e| render_err(tera_message(&e)))?;
         let spec: Vec<String> = self
             .problem
             .spec_vars()
@@ -397,7 +474,11 @@ impl Family {
     }
 
     /// Launch geometry of every kernel for a genome's variables plus a shape.
-    pub fn launch_dims(&self, vars: &Vars, shape: &Vars) -> Result<Vec<(String, LaunchDims)>, evo_core::launch::LaunchError> {
+    pub fn launch_dims(
+        &self,
+        vars: &Vars,
+        shape: &Vars,
+    ) -> Result<Vec<(String, LaunchDims)>, evo_core::launch::LaunchError> {
         let mut all = vars.clone();
         all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.launches
@@ -432,7 +513,9 @@ impl Family {
                 g.set(knob.name.clone(), value.clone());
                 // Constraints may reject the neighbour; rendering does not care, but a
                 // derived value may fail to evaluate: then this neighbour proves nothing.
-                let Ok(vars) = space.vars(&g, 0) else { continue };
+                let Ok(vars) = space.vars(&g, 0) else {
+                    continue;
+                };
                 if let Ok(body) = self.render_vars(&vars) {
                     if body != base_body {
                         changed = true;

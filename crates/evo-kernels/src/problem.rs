@@ -6,7 +6,10 @@ use evo_core::{Value, Vars};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum VarKind {
     /// An integer at least `min`, and a multiple of `multiple_of`.
-    Int { min: i64, multiple_of: i64 },
+    Int {
+        min: i64,
+        multiple_of: i64,
+    },
     Bool,
     /// One of these strings.
     Choice(&'static [&'static str]),
@@ -30,16 +33,20 @@ impl VarDecl {
                 if *i < min {
                     Err(format!("{} = {i} must be at least {min}", self.name))
                 } else if i % multiple_of != 0 {
-                    Err(format!("{} = {i} must be a multiple of {multiple_of}", self.name))
+                    Err(format!(
+                        "{} = {i} must be a multiple of {multiple_of}",
+                        self.name
+                    ))
                 } else {
                     Ok(())
                 }
             }
             (VarKind::Bool, Value::Bool(_)) => Ok(()),
             (VarKind::Choice(options), Value::Str(s)) if options.contains(&s.as_str()) => Ok(()),
-            (VarKind::Choice(options), _) => {
-                Err(format!("{} = {value} must be one of {options:?}", self.name))
-            }
+            (VarKind::Choice(options), _) => Err(format!(
+                "{} = {value} must be one of {options:?}",
+                self.name
+            )),
             (kind, _) => Err(format!(
                 "{} = {value} has the wrong type ({:?} expected)",
                 self.name, kind
@@ -196,20 +203,31 @@ mod tests {
     use super::*;
 
     fn shape(pairs: &[(&str, Value)]) -> Vars {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
     }
 
     #[test]
     fn gemm_shapes_are_completed_and_checked() {
         let p = problem("gemm").unwrap();
         let s = p
-            .complete_shape(&shape(&[("M", 3.into()), ("N", 5.into()), ("K", 16.into())]))
+            .complete_shape(&shape(&[
+                ("M", 3.into()),
+                ("N", 5.into()),
+                ("K", 16.into()),
+            ]))
             .unwrap();
         assert_eq!(s["DTYPE"], Value::Str("f16".into()));
         assert_eq!(p.flops(&s), 2.0 * 3.0 * 5.0 * 16.0);
         assert_eq!(p.min_bytes(&s), 2.0 * (48.0 + 80.0 + 15.0));
         let e = p
-            .complete_shape(&shape(&[("M", 3.into()), ("N", 5.into()), ("K", 12.into())]))
+            .complete_shape(&shape(&[
+                ("M", 3.into()),
+                ("N", 5.into()),
+                ("K", 12.into()),
+            ]))
             .unwrap_err();
         assert!(e.contains("multiple of 8"), "{e}");
         let e = p.complete_shape(&shape(&[("M", 3.into())])).unwrap_err();

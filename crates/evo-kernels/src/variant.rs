@@ -30,7 +30,11 @@ pub struct RenderedVariant {
 }
 
 impl Specializations {
-    pub fn new(problem: &dyn Problem, target: Target, shapes: &[Vars]) -> Result<Specializations, String> {
+    pub fn new(
+        problem: &dyn Problem,
+        target: Target,
+        shapes: &[Vars],
+    ) -> Result<Specializations, String> {
         let mut specs: Vec<Specialization> = Vec::new();
         let mut out = Vec::new();
         for (i, shape) in shapes.iter().enumerate() {

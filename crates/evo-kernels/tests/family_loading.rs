@@ -45,7 +45,11 @@ fn tree(toml: &str, template: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::create_dir_all(root.join("gemm")).unwrap();
     std::fs::create_dir_all(root.join("common")).unwrap();
     // Verbatim header: C++ braces that would confuse Tera if it were parsed.
-    std::fs::write(root.join("common/util.cuh"), "#pragma once\nstruct A { int v[1] = {{1}}; };\n{# not a comment #}\n").unwrap();
+    std::fs::write(
+        root.join("common/util.cuh"),
+        "#pragma once\nstruct A { int v[1] = {{1}}; };\n{# not a comment #}\n",
+    )
+    .unwrap();
     std::fs::write(root.join("gemm/toy.toml"), toml).unwrap();
     std::fs::write(root.join("gemm/toy.cu.tera"), template).unwrap();
     (dir, root)
@@ -76,13 +80,23 @@ fn good_family_loads_renders_and_launches() {
     let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
     assert!(space.is_valid(&g));
     let src = f.render(&space, &g, 0).unwrap();
-    assert!(src.starts_with("// evo: family toy (problem gemm), genome MODE=fancy,TILE=32,UNROLL=true"));
+    assert!(
+        src.starts_with("// evo: family toy (problem gemm), genome MODE=fancy,TILE=32,UNROLL=true")
+    );
     assert!(src.contains("constexpr int TILE = 32;"));
     assert!(src.contains("#define FANCY 1"));
-    assert!(src.contains("int x[2] = {{0}};"), "raw blocks stay verbatim");
-    assert!(src.contains("struct A { int v[1] = {{1}}; };\n{# not a comment #}"), "common headers stay verbatim");
+    assert!(
+        src.contains("int x[2] = {{0}};"),
+        "raw blocks stay verbatim"
+    );
+    assert!(
+        src.contains("struct A { int v[1] = {{1}}; };\n{# not a comment #}"),
+        "common headers stay verbatim"
+    );
     let vars = space.vars(&g, 0).unwrap();
-    let shape = [("M".to_string(), 100.into()), ("N".to_string(), 65.into())].into_iter().collect();
+    let shape = [("M".to_string(), 100.into()), ("N".to_string(), 65.into())]
+        .into_iter()
+        .collect();
     let dims = f.launch_dims(&vars, &shape).unwrap();
     assert_eq!(dims[0].1.grid, [3, 4, 1]);
     assert_eq!(dims[0].1.block, [64, 1, 1]);
@@ -92,7 +106,10 @@ fn good_family_loads_renders_and_launches() {
 #[test]
 fn unknown_variable_names_line_and_suggests() {
     let toml = GOOD_TOML.replace("TILE * 1024 <= MAX_SMEM", "TILE * 1024 <= MAX_SMEN");
-    assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml:16", "MAX_SMEN", "did you mean `MAX_SMEM`"]);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["toy.toml:16", "MAX_SMEN", "did you mean `MAX_SMEM`"],
+    );
 }
 
 #[test]
@@ -104,13 +121,19 @@ fn unparsable_expression_names_line() {
 #[test]
 fn assignment_instead_of_comparison_is_caught() {
     let toml = GOOD_TOML.replace("MODE != \\\"fancy\\\"", "MODE = \\\"fancy\\\"");
-    assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml:17", "did you mean `==`"]);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["toy.toml:17", "did you mean `==`"],
+    );
 }
 
 #[test]
 fn missing_launch_rule() {
     let toml = GOOD_TOML.split("[launch]").next().unwrap().to_string();
-    assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml", "no [launch] rule"]);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["toy.toml", "no [launch] rule"],
+    );
 }
 
 #[test]
@@ -124,7 +147,10 @@ fn unknown_keys_and_problems() {
     let toml = GOOD_TOML.replace("min_arch = 80", "min_arch = 80\nmax_arch = 90");
     assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml", "max_arch"]);
     let toml = GOOD_TOML.replace("problem = \"gemm\"", "problem = \"gemv\"");
-    assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml:2", "unknown problem `gemv`"]);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["toy.toml:2", "unknown problem `gemv`"],
+    );
     let toml = GOOD_TOML.replace("name = \"toy\"", "name = \"toy2\"");
     assert_err(load(&toml, GOOD_TEMPLATE), &["toy.toml:1", "must match"]);
 }
@@ -132,7 +158,13 @@ fn unknown_keys_and_problems() {
 #[test]
 fn knob_the_template_never_uses() {
     let template = GOOD_TEMPLATE.replace("constexpr bool UNROLL = {{ UNROLL }};\n", "");
-    assert_err(load(GOOD_TOML, &template), &["toy.toml", "knob `UNROLL` never changes the rendered source"]);
+    assert_err(
+        load(GOOD_TOML, &template),
+        &[
+            "toy.toml",
+            "knob `UNROLL` never changes the rendered source",
+        ],
+    );
 }
 
 #[test]
@@ -152,7 +184,10 @@ fn template_syntax_error_names_the_template() {
 #[test]
 fn constraints_that_reject_everything() {
     let toml = GOOD_TOML.replace("TILE * 1024 <= MAX_SMEM", "TILE > 1000");
-    assert_err(load(&toml, GOOD_TEMPLATE), &["no genome satisfies every constraint"]);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["no genome satisfies every constraint"],
+    );
 }
 
 #[test]

@@ -1,0 +1,110 @@
+//! Command-line arguments (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "evo",
+    version,
+    about = "Evolutionary GPU kernel search: Tera templates, NVRTC, gated evaluation, elites in SQLite"
+)]
+pub struct Cli {
+    /// Print data as JSON (for scripts) instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr (RUST_LOG overrides).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Folder holding <problem>/<family>.toml and common/ (default: the config's
+    /// `templates`, else ../templates next to the config, else ./templates).
+    #[arg(long, global = true, env = "EVO_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// What evo finds on this machine: CUDA headers, NVRTC, cuobjdump, driver, GPUs,
+    /// templates. Exits 0 when a search can run here, 3 when something it needs is missing.
+    Doctor {
+        /// Only require what compiling needs (NVRTC and headers), not a GPU.
+        #[arg(long)]
+        compile_only: bool,
+    },
+    /// Size of a config's search space, rejections per constraint, sample genomes.
+    Space {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Sample genomes to print.
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+        /// Seed for sampling.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print every valid genome, one per line (canonical form), and nothing else.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Print the CUDA source of one genome.
+    Render {
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        pick: GenomeArgs,
+        /// Which specialization (e.g. DTYPE=bf16) when the config has several.
+        #[arg(long)]
+        spec: Option<String>,
+        /// Render even if the genome violates a constraint.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Compile genomes with NVRTC (no GPU needed) and report resource usage.
+    Compile {
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        pick: GenomeArgs,
+        /// Compile every valid genome of the space.
+        #[arg(long, conflicts_with_all = ["genome", "random"])]
+        all: bool,
+        /// Write <hash>.<spec>.{cu,ptx,cubin,log} for each variant into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Compile threads (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Neither read nor write the compile cache.
+        #[arg(long)]
+        no_cache: bool,
+        /// Count tensor-core instructions in the SASS (needs cuobjdump).
+        #[arg(long)]
+        sass: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct TargetArgs {
+    /// Search config (TOML).
+    #[arg(short, long)]
+    pub config: PathBuf,
+    /// Target architecture (e.g. sm_90a); default: the config's, where `auto` means the
+    /// GPU's own, else sm_90a.
+    #[arg(long)]
+    pub arch: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct GenomeArgs {
+    /// Genome as NAME=value,NAME=value (every knob).
+    #[arg(short, long)]
+    pub genome: Option<String>,
+    /// Instead of --genome: this many random valid genomes.
+    #[arg(long)]
+    pub random: Option<usize>,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}

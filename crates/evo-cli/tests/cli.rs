@@ -1,0 +1,274 @@
+//! The `evo` binary end to end, on the shipped gemm family, without a GPU.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use predicates::str::contains;
+use serde_json::Value as Json;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn config() -> PathBuf {
+    root().join("configs/gemm.toml")
+}
+
+/// `evo` with a private compile cache.
+fn evo(cache: &Path) -> Command {
+    let mut c = Command::cargo_bin("evo").unwrap();
+    c.env("EVO_CACHE_DIR", cache)
+        .env_remove("EVO_TEMPLATES")
+        .current_dir(root());
+    c
+}
+
+fn json(out: &[u8]) -> Json {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
+}
+
+const GENOME: &str = "BLOCK_K=32,BLOCK_M=64,BLOCK_N=64,STAGES=2,SWIZZLE=xor,WARPS_M=2,WARPS_N=2";
+
+#[test]
+fn space_counts_match_the_listing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = evo(tmp.path())
+        .args(["--json", "space", "-c"])
+        .arg(config())
+        .assert()
+        .success();
+    let report = json(&out.get_output().stdout);
+    let valid = report["stats"]["valid"].as_u64().unwrap();
+    assert!(report["stats"]["exact"].as_bool().unwrap());
+    assert!(valid > 100, "{valid}");
+    assert_eq!(report["samples"].as_array().unwrap().len(), 5);
+    let listed = evo(tmp.path())
+        .args(["space", "--list", "-c"])
+        .arg(config())
+        .assert()
+        .success();
+    let lines = String::from_utf8_lossy(&listed.get_output().stdout)
+        .lines()
+        .count() as u64;
+    assert_eq!(lines, valid);
+    // Human output names the constraints.
+    evo(tmp.path())
+        .args(["space", "-c"])
+        .arg(config())
+        .assert()
+        .success()
+        .stdout(contains("warp_tile_min").and(contains("valid genomes")));
+}
+
+#[test]
+fn render_prints_the_genome_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    evo(tmp.path())
+        .args(["render", "-c"])
+        .arg(config())
+        .args(["-g", GENOME])
+        .assert()
+        .success()
+        .stdout(
+            contains("extern \"C\"")
+                .and(contains(GENOME))
+                .and(contains("__launch_bounds__")),
+        );
+}
+
+#[test]
+fn render_explains_bad_genomes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |g: &str| {
+        evo(tmp.path())
+            .args(["render", "-c"])
+            .arg(config())
+            .args(["-g", g])
+            .assert()
+    };
+    run(&GENOME.replace("WARPS_N=2", "WARPS_N=1"))
+        .code(1)
+        .stderr(contains("violates constraint `warps`"));
+    run(&GENOME.replace(",WARPS_N=2", ""))
+        .code(1)
+        .stderr(contains("lacks knob(s) [\"WARPS_N\"]"));
+    run(&GENOME.replace("STAGES=2", "STAGES=9"))
+        .code(1)
+        .stderr(contains("`STAGES` = `9` is not one of its values"));
+    run("BLOCK_M")
+        .code(1)
+        .stderr(contains("not of the form NAME=value"));
+    // --force renders a constraint-violating genome anyway.
+    evo(tmp.path())
+        .args(["render", "--force", "-c"])
+        .arg(config())
+        .args(["-g", &GENOME.replace("WARPS_N=2", "WARPS_N=1")])
+        .assert()
+        .success();
+}
+
+#[test]
+fn compile_reports_resources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = evo(tmp.path())
+        .args(["--json", "compile", "--arch", "sm_90a", "--sass", "-c"])
+        .arg(config())
+        .args(["-g", GENOME, "--out"])
+        .arg(&out_dir)
+        .assert()
+        .success();
+    let reports = json(&out.get_output().stdout);
+    let r = &reports[0];
+    assert_eq!(r["success"], true);
+    assert_eq!(r["arch"], "sm_90a");
+    assert_eq!(r["cached"], false);
+    let k = &r["kernels"][0];
+    assert_eq!(k["name"], "gemm");
+    assert!(k["registers"].as_u64().unwrap() > 0);
+    assert_eq!(k["spill_store_bytes"], 0);
+    assert!(r["sass"]["gemm"]["tensor"]["HMMA"].as_u64().unwrap() > 0);
+    // Launch geometry for the first shape (4096 x 4096, 64 x 64 tiles).
+    assert_eq!(r["launch"][0][1]["grid"], serde_json::json!([64, 64, 1]));
+    assert_eq!(r["launch"][0][1]["block"], serde_json::json!([128, 1, 1]));
+    let names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .extension()
+                .unwrap()
+                .to_string_lossy()
+                .to_string()
+        })
+        .collect();
+    for ext in ["cu", "ptx", "cubin", "log"] {
+        assert!(names.iter().any(|n| n == ext), "{ext} missing in {names:?}");
+    }
+    // The second compile comes from the cache.
+    let again = evo(tmp.path())
+        .args(["--json", "compile", "--arch", "sm_90a", "-c"])
+        .arg(config())
+        .args(["-g", GENOME])
+        .assert()
+        .success();
+    assert_eq!(json(&again.get_output().stdout)[0]["cached"], true);
+    // Human output shows the table.
+    evo(tmp.path())
+        .args(["compile", "--arch", "sm_90a", "-c"])
+        .arg(config())
+        .args(["-g", GENOME])
+        .assert()
+        .success()
+        .stdout(contains("ok (cached)").and(contains("1 variants: 1 compiled, 0 failed")));
+}
+
+#[test]
+fn broken_configs_are_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(config()).unwrap();
+    let write = |name: &str, body: &str| {
+        let p = root()
+            .join("configs")
+            .join(format!(".test-{}-{name}.toml", std::process::id()));
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let typo = write(
+        "typo",
+        &text.replace("[compile]", "[compile]\noptimise = true"),
+    );
+    let shape = write("shape", &text.replace("K = 1000", "K = 1001"));
+    let arch = write("arch", &text.replace("arch = \"auto\"", "arch = \"sm_61\""));
+    let family = write(
+        "family",
+        &text.replace("family = \"gemm_mma\"", "family = \"gemm_wmma\""),
+    );
+    let cases = [
+        (&typo, vec!["unknown field `optimise`", "line"]),
+        (&shape, vec!["shape #3", "K = 1001 must be a multiple of 8"]),
+        (&arch, vec!["sm_61", "not supported"]),
+        (&family, vec!["gemm_wmma.toml"]),
+    ];
+    for (path, needles) in cases {
+        let a = evo(tmp.path())
+            .args(["space", "-c"])
+            .arg(path)
+            .assert()
+            .code(1);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        std::fs::remove_file(path).unwrap();
+        for n in needles {
+            assert!(err.contains(n), "{n:?} not in {err:?}");
+        }
+    }
+    evo(tmp.path())
+        .args(["space", "-c", "no/such/config.toml"])
+        .assert()
+        .code(1)
+        .stderr(contains("cannot read config no/such/config.toml"));
+}
+
+#[test]
+fn broken_templates_are_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let templates = tmp.path().join("templates");
+    std::fs::create_dir_all(templates.join("gemm")).unwrap();
+    std::fs::create_dir_all(templates.join("common")).unwrap();
+    for entry in std::fs::read_dir(root().join("templates/common")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, templates.join("common").join(p.file_name().unwrap())).unwrap();
+    }
+    let toml = std::fs::read_to_string(root().join("templates/gemm/gemm_mma.toml")).unwrap();
+    let tera = std::fs::read_to_string(root().join("templates/gemm/gemm_mma.cu.tera")).unwrap();
+    std::fs::write(templates.join("gemm/gemm_mma.toml"), &toml).unwrap();
+    std::fs::write(
+        templates.join("gemm/gemm_mma.cu.tera"),
+        format!("{tera}\n// {{{{ UNDEFINED_KNOB }}}}\n"),
+    )
+    .unwrap();
+    evo(tmp.path())
+        .args(["space", "-c"])
+        .arg(config())
+        .arg("--templates")
+        .arg(&templates)
+        .assert()
+        .code(1)
+        .stderr(contains("UNDEFINED_KNOB"));
+}
+
+#[test]
+fn missing_nvrtc_is_exit_code_3_with_install_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    evo(tmp.path())
+        .env("EVO_CUDA_HOME", tmp.path())
+        .args(["compile", "--arch", "sm_90a", "-c"])
+        .arg(config())
+        .args(["-g", GENOME])
+        .assert()
+        .code(3)
+        .stderr(contains("EVO_CUDA_HOME").and(contains("scripts/install-cuda.sh")));
+}
+
+#[test]
+fn doctor_exit_code_matches_its_verdict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = evo(tmp.path()).args(["--json", "doctor"]).output().unwrap();
+    let report = json(&out.stdout);
+    assert_eq!(report["can_compile"], true, "{report}");
+    let families = report["families"].as_array().unwrap();
+    assert!(
+        families
+            .iter()
+            .any(|f| f["family"] == "gemm_mma" && f["ok"] == true),
+        "{report}"
+    );
+    let can_search = report["can_search"].as_bool().unwrap();
+    assert_eq!(out.status.code(), Some(if can_search { 0 } else { 3 }));
+    evo(tmp.path())
+        .args(["doctor", "--compile-only"])
+        .assert()
+        .success()
+        .stdout(contains("NVRTC version 13."));
+}
