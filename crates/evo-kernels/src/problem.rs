@@ -13,6 +13,8 @@ pub enum VarKind {
     Bool,
     /// One of these strings.
     Choice(&'static [&'static str]),
+    /// One of these integers.
+    IntChoice(&'static [i64]),
 }
 
 /// A compile-time (specialization) or run-time (shape) variable of a problem.
@@ -42,6 +44,11 @@ impl VarDecl {
                 }
             }
             (VarKind::Bool, Value::Bool(_)) => Ok(()),
+            (VarKind::IntChoice(options), Value::Int(i)) if options.contains(i) => Ok(()),
+            (VarKind::IntChoice(options), _) => Err(format!(
+                "{} = {value} must be one of {options:?}",
+                self.name
+            )),
             (VarKind::Choice(options), Value::Str(s)) if options.contains(&s.as_str()) => Ok(()),
             (VarKind::Choice(options), _) => Err(format!(
                 "{} = {value} must be one of {options:?}",
@@ -66,6 +73,7 @@ impl VarDecl {
             VarKind::Int { min, multiple_of } => Value::Int(min.max(multiple_of)),
             VarKind::Bool => Value::Bool(false),
             VarKind::Choice(options) => Value::Str(options[0].to_string()),
+            VarKind::IntChoice(options) => Value::Int(options[0]),
         })
     }
 }
@@ -115,7 +123,7 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
 
 /// Every problem evo knows.
 pub fn problems() -> &'static [&'static dyn Problem] {
-    &[&Gemm]
+    &[&Gemm, &Sdpa]
 }
 
 pub fn problem(name: &str) -> Option<&'static dyn Problem> {
@@ -198,6 +206,119 @@ impl Problem for Gemm {
     }
 }
 
+/// Attention forward, `O = softmax(scale · Q·Kᵀ (+ causal mask)) · V`, FlashAttention
+/// style: the first real problem evo searches.
+#[derive(Debug)]
+pub struct Sdpa;
+
+impl Sdpa {
+    /// Query-key pairs that take part: all of them, or with the causal mask (PyTorch's
+    /// `is_causal`: key `j` is visible to query `i` iff `j <= i`, aligned at the top
+    /// left, also when SEQ_Q != SEQ_KV) `sum_i min(i + 1, SEQ_KV)`.
+    pub fn visible_pairs(seq_q: i64, seq_kv: i64, causal: bool) -> f64 {
+        if !causal {
+            return seq_q as f64 * seq_kv as f64;
+        }
+        let full = seq_q.min(seq_kv); // rows 0..full see i + 1 keys
+        let tri = full as f64 * (full as f64 + 1.0) / 2.0;
+        tri + (seq_q - full).max(0) as f64 * seq_kv as f64
+    }
+}
+
+impl Problem for Sdpa {
+    fn name(&self) -> &'static str {
+        "sdpa_fwd"
+    }
+
+    fn entry(&self) -> &'static str {
+        "sdpa_fwd"
+    }
+
+    fn abi(&self) -> &'static str {
+        "extern \"C\" __global__ void sdpa_fwd(const T* q, const T* k, const T* v, T* o,\n\
+         int batch, int heads, int seq_q, int seq_kv,\n\
+         long long q_batch_stride, long long q_head_stride, long long q_seq_stride,\n\
+         long long k_batch_stride, long long k_head_stride, long long k_seq_stride,\n\
+         long long v_batch_stride, long long v_head_stride, long long v_seq_stride,\n\
+         long long o_batch_stride, long long o_head_stride, long long o_seq_stride,\n\
+         float softmax_scale)\n\
+         Element (b, h, s, d) of X is X[b*X_batch_stride + h*X_head_stride + s*X_seq_stride + d] (last dim\n\
+         contiguous, strides in elements). O = softmax(softmax_scale * Q Kᵀ) V per (b, h), float32 accumulation;\n\
+         with CAUSAL, key j is visible to query i iff j <= i (PyTorch's top-left alignment, also for\n\
+         seq_q != seq_kv). T = __half (DTYPE f16) or __nv_bfloat16 (bf16); HEAD_DIM and CAUSAL are compile-time.\n\
+         Any seq_q, seq_kv >= 1; pointers 16-byte aligned, seq strides multiples of 8."
+    }
+
+    fn spec_vars(&self) -> &'static [VarDecl] {
+        &[
+            VarDecl {
+                name: "DTYPE",
+                kind: VarKind::Choice(DTYPES),
+                default: Some("f16"),
+                doc: "element type of q, k, v, o",
+            },
+            VarDecl {
+                name: "HEAD_DIM",
+                kind: VarKind::IntChoice(&[64, 128]),
+                default: None,
+                doc: "head dimension",
+            },
+            VarDecl {
+                name: "CAUSAL",
+                kind: VarKind::Bool,
+                default: Some("false"),
+                doc: "causal mask (top-left aligned)",
+            },
+        ]
+    }
+
+    fn shape_vars(&self) -> &'static [VarDecl] {
+        const POS: VarKind = VarKind::Int {
+            min: 1,
+            multiple_of: 1,
+        };
+        &[
+            VarDecl {
+                name: "BATCH",
+                kind: POS,
+                default: None,
+                doc: "batch size",
+            },
+            VarDecl {
+                name: "HEADS",
+                kind: POS,
+                default: None,
+                doc: "attention heads",
+            },
+            VarDecl {
+                name: "SEQ_Q",
+                kind: POS,
+                default: None,
+                doc: "query sequence length",
+            },
+            VarDecl {
+                name: "SEQ_KV",
+                kind: POS,
+                default: None,
+                doc: "key/value sequence length",
+            },
+        ]
+    }
+
+    fn flops(&self, s: &Vars) -> f64 {
+        let causal = s.get("CAUSAL").and_then(Value::as_bool).unwrap_or(false);
+        let pairs = Self::visible_pairs(int(s, "SEQ_Q") as i64, int(s, "SEQ_KV") as i64, causal);
+        // Two matrix products (Q·Kᵀ and P·V), 2 flops per multiply-add.
+        4.0 * int(s, "BATCH") * int(s, "HEADS") * pairs * int(s, "HEAD_DIM")
+    }
+
+    fn min_bytes(&self, s: &Vars) -> f64 {
+        let bh = int(s, "BATCH") * int(s, "HEADS") * int(s, "HEAD_DIM");
+        // q and o over SEQ_Q, k and v over SEQ_KV, 2 bytes per element.
+        2.0 * bh * (2.0 * int(s, "SEQ_Q") + 2.0 * int(s, "SEQ_KV"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +366,34 @@ mod tests {
             ]))
             .unwrap_err();
         assert!(e.contains("one of"), "{e}");
+    }
+
+    #[test]
+    fn sdpa_counts() {
+        let p = problem("sdpa_fwd").unwrap();
+        let s = p
+            .complete_shape(&shape(&[
+                ("BATCH", 2.into()),
+                ("HEADS", 8.into()),
+                ("SEQ_Q", 512.into()),
+                ("SEQ_KV", 512.into()),
+                ("HEAD_DIM", 64.into()),
+            ]))
+            .unwrap();
+        assert_eq!(s["CAUSAL"], Value::Bool(false));
+        assert_eq!(p.flops(&s), 4.0 * 2.0 * 8.0 * 512.0 * 512.0 * 64.0);
+        assert_eq!(p.min_bytes(&s), 2.0 * 2.0 * 8.0 * 64.0 * 4.0 * 512.0);
+        // Causal, square: S(S+1)/2 pairs; tall (SEQ_Q > SEQ_KV): extra rows see all keys.
+        assert_eq!(Sdpa::visible_pairs(4, 4, true), 10.0);
+        assert_eq!(Sdpa::visible_pairs(6, 4, true), 10.0 + 2.0 * 4.0);
+        assert_eq!(Sdpa::visible_pairs(2, 5, true), 3.0);
+        let bad = shape(&[
+            ("BATCH", 1.into()),
+            ("HEADS", 1.into()),
+            ("SEQ_Q", 1.into()),
+            ("SEQ_KV", 1.into()),
+            ("HEAD_DIM", 96.into()),
+        ]);
+        assert!(p.complete_shape(&bad).unwrap_err().contains("[64, 128]"));
     }
 }
