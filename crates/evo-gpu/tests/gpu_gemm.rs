@@ -73,7 +73,8 @@ fn gemm_family_is_correct_on_the_gpu() {
     let Some((ctx, arch)) = gpu() else { return };
     let stream = ctx.default_stream();
     // At run time, so that a nextest archive run elsewhere (--workspace-remap) finds them.
-    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     let templates = PathBuf::from(manifest).join("../../templates");
     let family = Family::load(&templates, "gemm", "gemm_mma").unwrap();
     let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
