@@ -19,6 +19,7 @@ pub mod device;
 pub mod locate;
 pub mod nvrtc;
 pub mod resources;
+pub mod runtime;
 
 pub use cache::CompileCache;
 pub use compiler::{CompileRequest, Compiled, Compiler};

@@ -47,7 +47,9 @@ fn compiles_to_ptx_and_cubin_with_resources() {
     assert!(out.ptx.as_deref().unwrap().contains(".entry mma_probe"));
     let cubin = out.cubin.as_deref().unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");
-    let k = out.kernel("mma_probe").expect("ptxas reported the kernel");
+    let k = out
+        .kernel("mma_probe")
+        .unwrap_or_else(|| panic!("ptxas did not report the kernel; log:\n{}", out.log));
     assert!(k.registers > 0);
     assert_eq!(k.static_smem_bytes, 256);
     assert!(!k.spills());

@@ -11,7 +11,9 @@
 //!   CUDA source with its launch geometry per shape.
 
 pub mod family;
+pub mod harness;
 pub mod problem;
+pub mod problems;
 pub mod variant;
 
 pub use family::{Family, FamilyError};

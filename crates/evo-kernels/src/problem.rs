@@ -2,6 +2,9 @@
 
 use evo_core::{Value, Vars};
 
+use crate::harness::{ArgSlot, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance};
+pub use crate::problems::{Gemm, Sdpa};
+
 /// What values a problem variable takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum VarKind {
@@ -94,6 +97,24 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     /// Fewest bytes one call must move through device memory.
     fn min_bytes(&self, shape: &Vars) -> f64;
 
+    /// Input tensors of one call, in the order [`ArgSlot::Input`] indexes them.
+    fn inputs(&self, shape: &Vars) -> Vec<TensorSpec>;
+    /// The output tensor (element type of the specialization).
+    fn output(&self, shape: &Vars) -> TensorSpec;
+    /// The candidate kernel's arguments, in ABI order.
+    fn args(&self, shape: &Vars) -> Vec<ArgSlot>;
+    /// Seeded inputs of one kind, one tensor per [`Problem::inputs`] entry.
+    fn generate(&self, shape: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor>;
+    /// The GPU reference kernel for this shape, or `None` if the problem has none yet.
+    fn reference(&self, shape: &Vars) -> Option<ReferenceKernel>;
+    /// The exact answer in float64 from the inputs as stored (tests and self-test).
+    fn cpu_reference(&self, shape: &Vars, inputs: &[HostTensor]) -> Vec<f64>;
+    /// Error bounds for the specialization of `shape`.
+    fn tolerance(&self, shape: &Vars) -> Tolerance;
+    /// Correctness-only shapes derived from the configured ones: lengths that are not
+    /// multiples of any tile, length 1, ... (same specializations as `shapes`).
+    fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars>;
+
     /// Fills defaults and checks every variable of a shape (spec and run-time part).
     fn complete_shape(&self, shape: &Vars) -> Result<Vars, String> {
         let decls: Vec<&VarDecl> = self.spec_vars().iter().chain(self.shape_vars()).collect();
@@ -130,198 +151,10 @@ pub fn problem(name: &str) -> Option<&'static dyn Problem> {
     problems().iter().copied().find(|p| p.name() == name)
 }
 
-fn int(shape: &Vars, name: &str) -> f64 {
-    shape.get(name).and_then(Value::as_int).unwrap_or(0) as f64
-}
-
-/// `C = A·Bᵀ` in fp16 or bf16 with float32 accumulation: the example problem that lets
-/// the engine be tested end to end before attention.
-#[derive(Debug)]
-pub struct Gemm;
-
-const DTYPES: &[&str] = &["f16", "bf16"];
-
-impl Problem for Gemm {
-    fn name(&self) -> &'static str {
-        "gemm"
-    }
-
-    fn entry(&self) -> &'static str {
-        "gemm"
-    }
-
-    fn abi(&self) -> &'static str {
-        "extern \"C\" __global__ void gemm(const T* a, const T* b, T* c, int m, int n, int k, int lda, int ldb, int ldc)\n\
-         C[i][j] = sum_l A[i][l] * B[j][l] (A: m x k, B: n x k, both row-major, K contiguous; C: m x n, row stride ldc),\n\
-         float32 accumulation, T = __half (DTYPE f16) or __nv_bfloat16 (DTYPE bf16).\n\
-         Caller guarantees m, n >= 1, k % 8 == 0, lda and ldb multiples of 8, 16-byte aligned pointers."
-    }
-
-    fn spec_vars(&self) -> &'static [VarDecl] {
-        &[VarDecl {
-            name: "DTYPE",
-            kind: VarKind::Choice(DTYPES),
-            default: Some("f16"),
-            doc: "element type of A, B and C",
-        }]
-    }
-
-    fn shape_vars(&self) -> &'static [VarDecl] {
-        const POS: VarKind = VarKind::Int {
-            min: 1,
-            multiple_of: 1,
-        };
-        &[
-            VarDecl {
-                name: "M",
-                kind: POS,
-                default: None,
-                doc: "rows of A and C",
-            },
-            VarDecl {
-                name: "N",
-                kind: POS,
-                default: None,
-                doc: "rows of B, columns of C",
-            },
-            VarDecl {
-                name: "K",
-                kind: VarKind::Int {
-                    min: 8,
-                    multiple_of: 8,
-                },
-                default: None,
-                doc: "reduction length",
-            },
-        ]
-    }
-
-    fn flops(&self, s: &Vars) -> f64 {
-        2.0 * int(s, "M") * int(s, "N") * int(s, "K")
-    }
-
-    fn min_bytes(&self, s: &Vars) -> f64 {
-        let (m, n, k) = (int(s, "M"), int(s, "N"), int(s, "K"));
-        2.0 * (m * k + n * k + m * n)
-    }
-}
-
-/// Attention forward, `O = softmax(scale · Q·Kᵀ (+ causal mask)) · V`, FlashAttention
-/// style: the first real problem evo searches.
-#[derive(Debug)]
-pub struct Sdpa;
-
-impl Sdpa {
-    /// Query-key pairs that take part: all of them, or with the causal mask (PyTorch's
-    /// `is_causal`: key `j` is visible to query `i` iff `j <= i`, aligned at the top
-    /// left, also when SEQ_Q != SEQ_KV) `sum_i min(i + 1, SEQ_KV)`.
-    pub fn visible_pairs(seq_q: i64, seq_kv: i64, causal: bool) -> f64 {
-        if !causal {
-            return seq_q as f64 * seq_kv as f64;
-        }
-        let full = seq_q.min(seq_kv); // rows 0..full see i + 1 keys
-        let tri = full as f64 * (full as f64 + 1.0) / 2.0;
-        tri + (seq_q - full).max(0) as f64 * seq_kv as f64
-    }
-}
-
-impl Problem for Sdpa {
-    fn name(&self) -> &'static str {
-        "sdpa_fwd"
-    }
-
-    fn entry(&self) -> &'static str {
-        "sdpa_fwd"
-    }
-
-    fn abi(&self) -> &'static str {
-        "extern \"C\" __global__ void sdpa_fwd(const T* q, const T* k, const T* v, T* o,\n\
-         int batch, int heads, int seq_q, int seq_kv,\n\
-         long long q_batch_stride, long long q_head_stride, long long q_seq_stride,\n\
-         long long k_batch_stride, long long k_head_stride, long long k_seq_stride,\n\
-         long long v_batch_stride, long long v_head_stride, long long v_seq_stride,\n\
-         long long o_batch_stride, long long o_head_stride, long long o_seq_stride,\n\
-         float softmax_scale)\n\
-         Element (b, h, s, d) of X is X[b*X_batch_stride + h*X_head_stride + s*X_seq_stride + d] (last dim\n\
-         contiguous, strides in elements). O = softmax(softmax_scale * Q Kᵀ) V per (b, h), float32 accumulation;\n\
-         with CAUSAL, key j is visible to query i iff j <= i (PyTorch's top-left alignment, also for\n\
-         seq_q != seq_kv). T = __half (DTYPE f16) or __nv_bfloat16 (bf16); HEAD_DIM and CAUSAL are compile-time.\n\
-         Any seq_q, seq_kv >= 1; pointers 16-byte aligned, seq strides multiples of 8."
-    }
-
-    fn spec_vars(&self) -> &'static [VarDecl] {
-        &[
-            VarDecl {
-                name: "DTYPE",
-                kind: VarKind::Choice(DTYPES),
-                default: Some("f16"),
-                doc: "element type of q, k, v, o",
-            },
-            VarDecl {
-                name: "HEAD_DIM",
-                kind: VarKind::IntChoice(&[64, 128]),
-                default: None,
-                doc: "head dimension",
-            },
-            VarDecl {
-                name: "CAUSAL",
-                kind: VarKind::Bool,
-                default: Some("false"),
-                doc: "causal mask (top-left aligned)",
-            },
-        ]
-    }
-
-    fn shape_vars(&self) -> &'static [VarDecl] {
-        const POS: VarKind = VarKind::Int {
-            min: 1,
-            multiple_of: 1,
-        };
-        &[
-            VarDecl {
-                name: "BATCH",
-                kind: POS,
-                default: None,
-                doc: "batch size",
-            },
-            VarDecl {
-                name: "HEADS",
-                kind: POS,
-                default: None,
-                doc: "attention heads",
-            },
-            VarDecl {
-                name: "SEQ_Q",
-                kind: POS,
-                default: None,
-                doc: "query sequence length",
-            },
-            VarDecl {
-                name: "SEQ_KV",
-                kind: POS,
-                default: None,
-                doc: "key/value sequence length",
-            },
-        ]
-    }
-
-    fn flops(&self, s: &Vars) -> f64 {
-        let causal = s.get("CAUSAL").and_then(Value::as_bool).unwrap_or(false);
-        let pairs = Self::visible_pairs(int(s, "SEQ_Q") as i64, int(s, "SEQ_KV") as i64, causal);
-        // Two matrix products (Q·Kᵀ and P·V), 2 flops per multiply-add.
-        4.0 * int(s, "BATCH") * int(s, "HEADS") * pairs * int(s, "HEAD_DIM")
-    }
-
-    fn min_bytes(&self, s: &Vars) -> f64 {
-        let bh = int(s, "BATCH") * int(s, "HEADS") * int(s, "HEAD_DIM");
-        // q and o over SEQ_Q, k and v over SEQ_KV, 2 bytes per element.
-        2.0 * bh * (2.0 * int(s, "SEQ_Q") + 2.0 * int(s, "SEQ_KV"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::problems::Sdpa;
 
     fn shape(pairs: &[(&str, Value)]) -> Vars {
         pairs

@@ -1,0 +1,411 @@
+//! A thin, owned wrapper over the CUDA driver for the evaluator's worker: one device,
+//! its primary context, one stream, buffers, modules loaded from CUBIN, launches with
+//! arguments built at run time, events and CUDA graphs.
+//!
+//! Every call returns a [`CudaError`] that names the call and the driver's error;
+//! [`CudaError::is_sticky`] says whether the context is dead afterwards (an illegal
+//! address and friends), in which case the process must be replaced.
+
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::result;
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::device::{self, DeviceInfo};
+
+/// A driver call that failed.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{call}: {name} ({description})")]
+pub struct CudaError {
+    pub call: &'static str,
+    pub code: i32,
+    pub name: String,
+    pub description: String,
+}
+
+impl CudaError {
+    fn new(call: &'static str, e: result::DriverError) -> CudaError {
+        let name = e
+            .error_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("{:?}", e.0));
+        let description = e
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        CudaError {
+            call,
+            code: e.0 as i32,
+            name,
+            description,
+        }
+    }
+
+    /// Errors after which the CUDA context cannot be used again: the process that saw
+    /// one must exit and be replaced.
+    pub fn is_sticky(&self) -> bool {
+        matches!(
+            self.name.as_str(),
+            "CUDA_ERROR_ILLEGAL_ADDRESS"
+                | "CUDA_ERROR_LAUNCH_FAILED"
+                | "CUDA_ERROR_MISALIGNED_ADDRESS"
+                | "CUDA_ERROR_ILLEGAL_INSTRUCTION"
+                | "CUDA_ERROR_INVALID_ADDRESS_SPACE"
+                | "CUDA_ERROR_INVALID_PC"
+                | "CUDA_ERROR_HARDWARE_STACK_ERROR"
+                | "CUDA_ERROR_LAUNCH_TIMEOUT"
+                | "CUDA_ERROR_ASSERT"
+                | "CUDA_ERROR_TENSOR_MEMORY_LEAK"
+                | "CUDA_ERROR_CONTEXT_IS_DESTROYED"
+                | "CUDA_ERROR_ECC_UNCORRECTABLE"
+                | "CUDA_ERROR_UNKNOWN"
+        )
+    }
+}
+
+fn check(call: &'static str, r: CUresult) -> Result<(), CudaError> {
+    r.result().map_err(|e| CudaError::new(call, e))
+}
+
+/// One GPU, its primary context (made current on the calling thread) and a stream.
+pub struct Gpu {
+    pub info: DeviceInfo,
+    device: sys::CUdevice,
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+}
+
+// The worker uses a Gpu from one thread at a time; the context is made current by
+// `Gpu::bind` on whichever thread uses it.
+unsafe impl Send for Gpu {}
+
+impl Gpu {
+    pub fn open(ordinal: i32) -> Result<Gpu, CudaError> {
+        let info = device::probe()
+            .ok()
+            .and_then(|d| d.devices.into_iter().find(|x| x.ordinal == ordinal))
+            .ok_or_else(|| CudaError {
+                call: "open",
+                code: -1,
+                name: "NO_SUCH_GPU".into(),
+                description: format!("GPU {ordinal} not found"),
+            })?;
+        let device = result::device::get(ordinal).map_err(|e| CudaError::new("cuDeviceGet", e))?;
+        // SAFETY: device came from cuDeviceGet; the context is released in Drop.
+        let context = unsafe { result::primary_ctx::retain(device) }
+            .map_err(|e| CudaError::new("cuDevicePrimaryCtxRetain", e))?;
+        unsafe { result::ctx::set_current(context) }
+            .map_err(|e| CudaError::new("cuCtxSetCurrent", e))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(|e| CudaError::new("cuStreamCreate", e))?;
+        Ok(Gpu {
+            info,
+            device,
+            context,
+            stream,
+        })
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        unsafe { result::ctx::set_current(self.context) }
+            .map_err(|e| CudaError::new("cuCtxSetCurrent", e))
+    }
+
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        unsafe { result::stream::synchronize(self.stream) }
+            .map_err(|e| CudaError::new("cuStreamSynchronize", e))
+    }
+
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
+            .map_err(|e| CudaError::new("cuMemAlloc", e))?;
+        Ok(DeviceBuffer { ptr, bytes })
+    }
+
+    pub fn load_module(&self, image: &[u8]) -> Result<Module, CudaError> {
+        // The driver reads the image during the call; it must end with a NUL for PTX.
+        let mut owned = image.to_vec();
+        owned.push(0);
+        let module = unsafe { result::module::load_data(owned.as_ptr() as *const c_void) }
+            .map_err(|e| CudaError::new("cuModuleLoadData", e))?;
+        Ok(Module { module })
+    }
+
+    /// Launches `f` on this GPU's stream. Arguments are copied into the call.
+    pub fn launch(
+        &self,
+        f: &Function,
+        dims: &evo_core::LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<(), CudaError> {
+        let mut storage: Vec<u64> = args.iter().map(KernelArg::bits).collect();
+        let mut params: Vec<*mut c_void> = storage
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: each param points to 8 bytes holding the argument in its low bytes
+        // (little-endian), which is how the driver reads 4- and 8-byte parameters.
+        unsafe {
+            result::launch_kernel(
+                f.function,
+                (dims.grid[0], dims.grid[1], dims.grid[2]),
+                (dims.block[0], dims.block[1], dims.block[2]),
+                dims.shared_bytes,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| CudaError::new("cuLaunchKernel", e))
+    }
+
+    pub fn event(&self) -> Result<Event, CudaError> {
+        // Timing enabled (cudarc's default flags disable it).
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| CudaError::new("cuEventCreate", e))?;
+        Ok(Event { event })
+    }
+
+    pub fn record(&self, event: &Event) -> Result<(), CudaError> {
+        unsafe { result::event::record(event.event, self.stream) }
+            .map_err(|e| CudaError::new("cuEventRecord", e))
+    }
+
+    /// Captures whatever `body` enqueues on this GPU's stream into an executable graph.
+    pub fn capture(
+        &self,
+        body: impl FnOnce(&Gpu) -> Result<(), CudaError>,
+    ) -> Result<Graph, CudaError> {
+        check("cuStreamBeginCapture", unsafe {
+            sys::cuStreamBeginCapture_v2(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        })?;
+        let body_result = body(self);
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        let end = check("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(self.stream, &mut graph)
+        });
+        body_result?;
+        end?;
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        let inst = check("cuGraphInstantiate", unsafe {
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+        });
+        unsafe { sys::cuGraphDestroy(graph) };
+        inst?;
+        Ok(Graph { exec })
+    }
+
+    pub fn launch_graph(&self, graph: &Graph) -> Result<(), CudaError> {
+        check("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(graph.exec, self.stream)
+        })
+    }
+
+    pub fn memset_u8(&self, buf: &DeviceBuffer, value: u8) -> Result<(), CudaError> {
+        check("cuMemsetD8", unsafe {
+            sys::cuMemsetD8_v2(buf.ptr, value, buf.bytes)
+        })
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = result::stream::destroy(self.stream);
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}
+
+/// Device memory, freed on drop.
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Synchronous copy of `data` to the buffer at byte `offset`.
+    pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
+        assert!(
+            offset + data.len() <= self.bytes,
+            "upload past the end of a device buffer"
+        );
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(|e| CudaError::new("cuMemcpyHtoD", e))
+    }
+
+    pub fn upload(&self, data: &[u8]) -> Result<(), CudaError> {
+        self.upload_at(0, data)
+    }
+
+    /// Synchronous copy of the whole buffer to the host.
+    pub fn download(&self) -> Result<Vec<u8>, CudaError> {
+        let mut out = vec![0u8; self.bytes];
+        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr) }
+            .map_err(|e| CudaError::new("cuMemcpyDtoH", e))?;
+        Ok(out)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+pub struct Module {
+    module: sys::CUmodule,
+}
+
+impl Module {
+    pub fn function(&self, name: &str) -> Result<Function, CudaError> {
+        let c = CString::new(name).expect("kernel names have no NUL");
+        let function = unsafe { result::module::get_function(self.module, c) }
+            .map_err(|e| CudaError::new("cuModuleGetFunction", e))?;
+        Ok(Function {
+            function,
+            name: name.to_string(),
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = result::module::unload(self.module);
+        }
+    }
+}
+
+/// A kernel of a loaded module (valid while the module lives).
+pub struct Function {
+    function: sys::CUfunction,
+    pub name: String,
+}
+
+/// What the driver says about a function.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct FunctionAttributes {
+    pub registers: i32,
+    pub static_smem_bytes: i32,
+    pub local_bytes: i32,
+    pub max_threads_per_block: i32,
+}
+
+impl Function {
+    /// Allows `bytes` of dynamic shared memory (needed above 48 KB).
+    pub fn set_max_dynamic_smem(&self, bytes: u32) -> Result<(), CudaError> {
+        check(
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    self.function,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+            },
+        )
+    }
+
+    pub fn attributes(&self) -> Result<FunctionAttributes, CudaError> {
+        use sys::CUfunction_attribute as A;
+        let get = |a| {
+            let mut v = 0;
+            check("cuFuncGetAttribute", unsafe {
+                sys::cuFuncGetAttribute(&mut v, a, self.function)
+            })
+            .map(|_| v)
+        };
+        Ok(FunctionAttributes {
+            registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_smem_bytes: get(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        })
+    }
+
+    /// Resident blocks per multiprocessor for this block size and dynamic shared memory.
+    pub fn occupancy(&self, threads: u32, dynamic_smem: u32) -> Result<i32, CudaError> {
+        let mut blocks = 0;
+        check("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut blocks,
+                self.function,
+                threads as i32,
+                dynamic_smem as usize,
+            )
+        })?;
+        Ok(blocks)
+    }
+}
+
+/// One kernel argument, passed by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A device pointer.
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+impl KernelArg {
+    fn bits(&self) -> u64 {
+        match *self {
+            KernelArg::Ptr(p) => p,
+            KernelArg::I32(v) => v as u32 as u64,
+            KernelArg::I64(v) => v as u64,
+            KernelArg::F32(v) => v.to_bits() as u64,
+        }
+    }
+}
+
+pub struct Event {
+    event: sys::CUevent,
+}
+
+impl Event {
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        unsafe { result::event::synchronize(self.event) }
+            .map_err(|e| CudaError::new("cuEventSynchronize", e))
+    }
+
+    /// Milliseconds from `self` to `end` (both recorded and complete).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
+        unsafe { result::event::elapsed(self.event, end.event) }
+            .map_err(|e| CudaError::new("cuEventElapsedTime", e))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = result::event::destroy(self.event);
+        }
+    }
+}
+
+pub struct Graph {
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        unsafe {
+            sys::cuGraphExecDestroy(self.exec);
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! What a problem gives the correctness gate: the tensors of a call, the kernel's
+//! arguments, seeded input generation (random and adversarial), the GPU reference
+//! kernel, a float64 CPU reference, and tolerances.
+//!
+//! Everything here runs on the host; the worker (evo-eval) moves it to the GPU.
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use evo_core::{Value, Vars};
+
+/// Element types of tensors crossing the ABI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElemType {
+    F16,
+    Bf16,
+    F32,
+}
+
+impl ElemType {
+    pub fn from_dtype(dtype: &str) -> Option<ElemType> {
+        match dtype {
+            "f16" => Some(ElemType::F16),
+            "bf16" => Some(ElemType::Bf16),
+            "f32" => Some(ElemType::F32),
+            _ => None,
+        }
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::F16 | ElemType::Bf16 => 2,
+            ElemType::F32 => 4,
+        }
+    }
+
+    /// A quiet NaN, used to poison outputs before a launch.
+    pub fn nan_bytes(self) -> Vec<u8> {
+        match self {
+            ElemType::F16 => 0x7e00u16.to_le_bytes().to_vec(),
+            ElemType::Bf16 => 0x7fc0u16.to_le_bytes().to_vec(),
+            ElemType::F32 => f32::NAN.to_le_bytes().to_vec(),
+        }
+    }
+
+    pub fn encode(self, x: f32, out: &mut Vec<u8>) {
+        match self {
+            ElemType::F16 => out.extend(half::f16::from_f32(x).to_le_bytes()),
+            ElemType::Bf16 => out.extend(half::bf16::from_f32(x).to_le_bytes()),
+            ElemType::F32 => out.extend(x.to_le_bytes()),
+        }
+    }
+
+    pub fn decode(self, bytes: &[u8]) -> f64 {
+        match self {
+            ElemType::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
+            ElemType::Bf16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
+            ElemType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64,
+        }
+    }
+}
+
+/// A tensor in host memory, as raw little-endian elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub elem: ElemType,
+    pub bytes: Vec<u8>,
+}
+
+impl HostTensor {
+    pub fn from_f32(elem: ElemType, values: &[f32]) -> HostTensor {
+        let mut bytes = Vec::with_capacity(values.len() * elem.size());
+        for &v in values {
+            elem.encode(v, &mut bytes);
+        }
+        HostTensor { elem, bytes }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.elem.size()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> f64 {
+        let s = self.elem.size();
+        self.elem.decode(&self.bytes[i * s..(i + 1) * s])
+    }
+
+    pub fn to_f64(&self) -> Vec<f64> {
+        (0..self.len()).map(|i| self.get(i)).collect()
+    }
+}
+
+/// Shape of one tensor of a call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    pub name: String,
+    pub elem: ElemType,
+    pub len: usize,
+}
+
+/// One kernel argument, described independently of where buffers live.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ArgSlot {
+    /// Pointer to input tensor `i`.
+    Input(usize),
+    /// Pointer to the output tensor.
+    Output,
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// The kinds of inputs the correctness gate feeds a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// Fresh random values (a new seed each time).
+    Random,
+    /// All zeros: catches uninitialised accumulators and 0/0.
+    Zeros,
+    /// Large magnitudes, as large as the problem allows without overflowing the output.
+    Large,
+    /// One-hot rows: a single 1 per row, so every output tells which element was read.
+    OneHot,
+}
+
+impl InputKind {
+    pub const ADVERSARIAL: [InputKind; 3] = [InputKind::Zeros, InputKind::Large, InputKind::OneHot];
+}
+
+/// Error bounds: an element is bad when `|got - ref| > atol + rtol * |ref|`, where
+/// `atol = atol_floor + atol_of_max * max|ref|`; the whole output must also have a
+/// relative L2 error (‖got − ref‖ / ‖ref‖) at most `rel_l2` (skipped when ‖ref‖ = 0).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    pub rtol: f64,
+    pub atol_of_max: f64,
+    pub atol_floor: f64,
+    pub rel_l2: f64,
+}
+
+/// The GPU reference kernel of a problem: deliberately simple, float32 accumulation,
+/// float32 output with the same layout as the candidate's output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReferenceKernel {
+    pub source: &'static str,
+    pub entry: String,
+    pub args: Vec<ArgSlot>,
+    pub launch: evo_core::LaunchDims,
+}
+
+pub(crate) fn int(shape: &Vars, name: &str) -> i64 {
+    shape.get(name).and_then(Value::as_int).unwrap_or(0)
+}
+
+pub(crate) fn dtype(shape: &Vars) -> ElemType {
+    shape
+        .get("DTYPE")
+        .and_then(Value::as_str)
+        .and_then(ElemType::from_dtype)
+        .unwrap_or(ElemType::F16)
+}
+
+/// A seeded generator for one input tensor.
+pub fn rng(seed: u64, tensor: usize) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(
+        seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(tensor as u64 + 1)),
+    )
+}
+
+/// Standard normal samples (Box-Muller), scaled.
+pub fn normal(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let u1: f32 = rng.random_range(f32::EPSILON..1.0);
+        let u2: f32 = rng.random::<f32>();
+        let r = (-2.0 * u1.ln()).sqrt() * scale;
+        let t = std::f32::consts::TAU * u2;
+        out.push(r * t.cos());
+        out.push(r * t.sin());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Rows of `cols` elements, each zero but for a single 1 at a random column.
+pub fn one_hot_rows(rng: &mut impl Rng, rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows * cols];
+    for r in 0..rows {
+        out[r * cols + rng.random_range(0..cols)] = 1.0;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip() {
+        for elem in [ElemType::F16, ElemType::Bf16, ElemType::F32] {
+            let t = HostTensor::from_f32(elem, &[1.5, -2.0, 0.0, 1024.0]);
+            assert_eq!(t.len(), 4);
+            assert_eq!(t.to_f64(), vec![1.5, -2.0, 0.0, 1024.0]);
+            let nan = HostTensor {
+                elem,
+                bytes: elem.nan_bytes(),
+            };
+            assert!(nan.get(0).is_nan());
+        }
+    }
+
+    #[test]
+    fn generators_are_seeded() {
+        let a = normal(&mut rng(1, 0), 1001, 1.0);
+        let b = normal(&mut rng(1, 0), 1001, 1.0);
+        let c = normal(&mut rng(1, 1), 1001, 1.0);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let mean = a.iter().sum::<f32>() / a.len() as f32;
+        let var = a.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / a.len() as f32;
+        assert!(mean.abs() < 0.1 && (var - 1.0).abs() < 0.15, "{mean} {var}");
+        let oh = one_hot_rows(&mut rng(2, 0), 7, 5);
+        for r in 0..7 {
+            assert_eq!(oh[r * 5..r * 5 + 5].iter().sum::<f32>(), 1.0);
+        }
+    }
+}
