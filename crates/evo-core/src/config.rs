@@ -17,8 +17,18 @@
 //! arch = "auto"                 # "auto": the GPU's own, else sm_90a
 //! options = ["-std=c++17", "-lineinfo"]
 //! max_registers = 0             # 0: no cap
+//!
+//! [correctness]                 # optional; defaults shown by `CorrectnessConfig`
+//! random_trials = 3
+//! [correctness.tolerance.f16]
+//! rtol = 5e-3
+//!
+//! [timing]                      # optional; `TimingConfig`
+//! [static]                      # optional; `StaticConfig`
+//! [timeouts]                    # optional; `TimeoutConfig`
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +80,134 @@ impl Default for CompileConfig {
     }
 }
 
+/// `[correctness]`: how hard the correctness gate looks.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorrectnessConfig {
+    /// Trials with fresh random inputs per shape (each a new seed).
+    pub random_trials: u32,
+    /// Also all-zero, large-magnitude and one-hot inputs.
+    pub adversarial: bool,
+    /// A second launch on the same inputs must give a bitwise-identical output.
+    pub repeat_check: bool,
+    /// Also check the problem's edge shapes (ragged lengths, length 1, ...).
+    pub edge_shapes: bool,
+    /// Bytes of guard region before and after the output.
+    pub guard_bytes: usize,
+    /// Per-dtype overrides of the problem's error bounds, e.g. `[correctness.tolerance.f16]`.
+    pub tolerance: BTreeMap<String, ToleranceOverride>,
+}
+
+impl Default for CorrectnessConfig {
+    fn default() -> Self {
+        CorrectnessConfig {
+            random_trials: 3,
+            adversarial: true,
+            repeat_check: true,
+            edge_shapes: true,
+            guard_bytes: 4096,
+            tolerance: BTreeMap::new(),
+        }
+    }
+}
+
+/// Overrides of a problem's tolerance (see `evo_kernels::harness::Tolerance`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ToleranceOverride {
+    pub rtol: Option<f64>,
+    pub atol_of_max: Option<f64>,
+    pub atol_floor: Option<f64>,
+    pub rel_l2: Option<f64>,
+}
+
+/// `[timing]`: CUDA-graph timing with inputs rotated past the L2 size.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimingConfig {
+    pub enabled: bool,
+    /// Warm-up before measuring, per shape.
+    pub warmup_ms: f64,
+    pub min_samples: u32,
+    pub max_samples: u32,
+    /// Stop once (p80 - p20) / median is at most this (after `min_samples`).
+    pub target_spread: f64,
+    /// Each sample replays a graph of launches lasting about this long.
+    pub sample_ms: f64,
+    /// Input sets rotated per sample so their bytes exceed this multiple of the L2 size.
+    pub l2_multiple: f64,
+    /// Most input sets to allocate.
+    pub max_input_sets: u32,
+    /// Time limit for sampling one shape.
+    pub budget_ms: f64,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        TimingConfig {
+            enabled: true,
+            warmup_ms: 20.0,
+            min_samples: 10,
+            max_samples: 100,
+            target_spread: 0.02,
+            sample_ms: 2.0,
+            l2_multiple: 2.0,
+            max_input_sets: 64,
+            budget_ms: 3000.0,
+        }
+    }
+}
+
+/// `[static]`: rejection rules applied to resource usage before any launch.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaticConfig {
+    /// Reject a kernel that spills more than this many bytes (stores + loads).
+    pub max_spill_bytes: u32,
+    /// Reject a kernel using more registers per thread than this.
+    pub max_registers: u32,
+    /// Reject a launch that fits fewer blocks than this on one multiprocessor.
+    pub min_blocks_per_sm: u32,
+    /// Reject a kernel whose SASS shows no tensor-core instruction (needs cuobjdump).
+    pub require_tensor_ops: bool,
+}
+
+impl Default for StaticConfig {
+    fn default() -> Self {
+        StaticConfig {
+            max_spill_bytes: 0,
+            max_registers: 255,
+            min_blocks_per_sm: 1,
+            require_tensor_ops: false,
+        }
+    }
+}
+
+/// `[timeouts]`: the watchdog's deadlines for a GPU worker.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutConfig {
+    /// A new worker must report ready within this.
+    pub startup_s: f64,
+    /// Base allowance for one variant (module load, reference compile).
+    pub job_base_s: f64,
+    /// Added per shape checked.
+    pub per_shape_s: f64,
+    /// Added per shape timed (on top of the timing budget).
+    pub per_timed_shape_s: f64,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            startup_s: 60.0,
+            job_base_s: 20.0,
+            per_shape_s: 5.0,
+            per_timed_shape_s: 5.0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -82,6 +220,14 @@ struct RawConfig {
     shapes: Vec<toml::Table>,
     #[serde(default)]
     compile: CompileConfig,
+    #[serde(default)]
+    correctness: CorrectnessConfig,
+    #[serde(default)]
+    timing: TimingConfig,
+    #[serde(default, rename = "static")]
+    static_rules: StaticConfig,
+    #[serde(default)]
+    timeouts: TimeoutConfig,
 }
 
 /// A loaded configuration; shapes already carry the `[spec]` values they inherit.
@@ -94,6 +240,10 @@ pub struct SearchConfig {
     pub templates: Option<PathBuf>,
     pub shapes: Vec<Vars>,
     pub compile: CompileConfig,
+    pub correctness: CorrectnessConfig,
+    pub timing: TimingConfig,
+    pub static_rules: StaticConfig,
+    pub timeouts: TimeoutConfig,
 }
 
 fn table_to_vars(path: &Path, what: &str, table: &toml::Table) -> Result<Vars, ConfigError> {
@@ -153,6 +303,10 @@ impl SearchConfig {
             templates: raw.templates.map(|t| base.join(t)),
             shapes,
             compile: raw.compile,
+            correctness: raw.correctness,
+            timing: raw.timing,
+            static_rules: raw.static_rules,
+            timeouts: raw.timeouts,
         })
     }
 }
@@ -188,6 +342,41 @@ DTYPE = "bf16"
         assert_eq!(c.shapes[1]["DTYPE"], Value::Str("bf16".into()));
         assert_eq!(c.templates, Some(PathBuf::from("configs/../templates")));
         assert_eq!(c.compile, CompileConfig::default());
+        assert_eq!(c.correctness, CorrectnessConfig::default());
+        assert_eq!(c.timing, TimingConfig::default());
+    }
+
+    #[test]
+    fn gate_sections_parse() {
+        let c = SearchConfig::parse(
+            Path::new("x.toml"),
+            r#"
+problem = "gemm"
+family = "gemm_mma"
+[[shapes]]
+M = 8
+[correctness]
+random_trials = 5
+[correctness.tolerance.bf16]
+rtol = 0.02
+[timing]
+enabled = false
+[static]
+max_spill_bytes = 64
+[timeouts]
+job_base_s = 5.0
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.correctness.random_trials, 5);
+        assert!(
+            c.correctness.adversarial,
+            "unset fields keep their defaults"
+        );
+        assert_eq!(c.correctness.tolerance["bf16"].rtol, Some(0.02));
+        assert!(!c.timing.enabled);
+        assert_eq!(c.static_rules.max_spill_bytes, 64);
+        assert_eq!(c.timeouts.job_base_s, 5.0);
     }
 
     #[test]

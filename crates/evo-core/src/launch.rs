@@ -1,6 +1,6 @@
 //! Launch geometry of one kernel as expressions over a genome's variables and a shape.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::expr::{Expr, ExprError, Scope};
 use crate::value::Vars;
@@ -16,7 +16,7 @@ pub struct LaunchRule {
 }
 
 /// A launch rule evaluated for one genome and shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchDims {
     pub grid: [u32; 3],
     pub block: [u32; 3],

@@ -22,6 +22,8 @@ pub struct Target {
     /// 32-bit registers of one multiprocessor.
     pub regs_per_sm: u32,
     pub max_threads_per_block: u32,
+    pub max_threads_per_sm: u32,
+    pub max_blocks_per_sm: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -47,11 +49,14 @@ impl Target {
             .parse()
             .map_err(|_| TargetError::Syntax(arch.to_string()))?;
         let kib = |k: u32| k * 1024;
-        let (max_smem_per_block, smem_per_sm) = match cc {
-            75 => (kib(64), kib(64)),
-            80 | 87 => (kib(163), kib(164)),
-            86 | 89 | 120 => (kib(99), kib(100)),
-            90 | 100 => (kib(227), kib(228)),
+        // (max dynamic smem per block, smem per SM, threads per SM, blocks per SM)
+        let (max_smem_per_block, smem_per_sm, max_threads_per_sm, max_blocks_per_sm) = match cc {
+            75 => (kib(64), kib(64), 1024, 16),
+            80 | 87 => (kib(163), kib(164), 2048, 32),
+            86 => (kib(99), kib(100), 1536, 16),
+            89 => (kib(99), kib(100), 1536, 24),
+            120 => (kib(99), kib(100), 1536, 32),
+            90 | 100 => (kib(227), kib(228), 2048, 32),
             _ => return Err(TargetError::Unknown(arch.to_string())),
         };
         Ok(Target {
@@ -61,6 +66,8 @@ impl Target {
             smem_per_sm,
             regs_per_sm: 65536,
             max_threads_per_block: 1024,
+            max_threads_per_sm,
+            max_blocks_per_sm,
         })
     }
 

@@ -2,8 +2,19 @@
 //! correctness, timing, profile) and the worker process, one per GPU, that runs
 //! kernels where a fault cannot take the search down with it.
 //!
-//! Status: the gate vocabulary ([`Gate`], [`Status`]) exists; the worker, the
-//! correctness and timing gates arrive with the evaluator issue.
+//! * [`protocol`]: the JSON-lines messages between orchestrator and worker.
+//! * [`static_gate`]: resources and launchability from the compiled kernels.
+//! * [`compare`]: poison, guards, tolerances, run-to-run identity (host side).
+//! * [`timing`]: percentiles, settling, L2 rotation, device peaks.
+//! * [`worker`]: the GPU process that runs correctness and timing.
+//! * [`pool`]: the async orchestrator side with its watchdog.
+
+pub mod compare;
+pub mod pool;
+pub mod protocol;
+pub mod static_gate;
+pub mod timing;
+pub mod worker;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +31,7 @@ pub enum Gate {
 }
 
 /// The final status of a variant; the first failing gate decides it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     RenderFailed,
@@ -35,6 +46,37 @@ pub enum Status {
 }
 
 impl Status {
+    pub const ALL: [Status; 9] = [
+        Status::RenderFailed,
+        Status::CompileFailed,
+        Status::RejectedStatic,
+        Status::LaunchFailed,
+        Status::Crashed,
+        Status::TimedOut,
+        Status::Incorrect,
+        Status::Regressed,
+        Status::Evaluated,
+    ];
+
+    /// The snake_case name used in files and databases.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::RenderFailed => "render_failed",
+            Status::CompileFailed => "compile_failed",
+            Status::RejectedStatic => "rejected_static",
+            Status::LaunchFailed => "launch_failed",
+            Status::Crashed => "crashed",
+            Status::TimedOut => "timed_out",
+            Status::Incorrect => "incorrect",
+            Status::Regressed => "regressed",
+            Status::Evaluated => "evaluated",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// The status a failure at `gate` gives, for the gates whose failure has one meaning.
     pub fn for_failed_gate(gate: Gate) -> Option<Status> {
         match gate {

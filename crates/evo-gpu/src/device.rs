@@ -2,10 +2,10 @@
 //! compile target.
 
 use cudarc::driver::{result, sys};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One GPU as the driver describes it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     pub ordinal: i32,
     pub name: String,

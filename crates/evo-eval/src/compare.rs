@@ -1,0 +1,250 @@
+//! Host-side correctness checks: poisoned output with guard regions, comparison with
+//! the reference, guard and input integrity, run-to-run identity. No GPU needed, so
+//! all of it is unit-tested on the CPU.
+
+use evo_kernels::harness::{ElemType, HostTensor, Tolerance};
+use sha2::{Digest, Sha256};
+
+use crate::protocol::{CheckFailure, ErrorStats};
+
+/// Byte written into the guard regions around an output.
+pub const GUARD_BYTE: u8 = 0xA5;
+
+/// The bytes an output buffer starts with: `guard` guard bytes, `len` NaNs of `elem`,
+/// `guard` guard bytes.
+pub fn poisoned_output(elem: ElemType, len: usize, guard: usize) -> Vec<u8> {
+    let nan = elem.nan_bytes();
+    let mut out = Vec::with_capacity(2 * guard + len * nan.len());
+    out.resize(guard, GUARD_BYTE);
+    for _ in 0..len {
+        out.extend_from_slice(&nan);
+    }
+    out.resize(out.len() + guard, GUARD_BYTE);
+    out
+}
+
+/// Whether the guard regions of a downloaded output buffer are intact.
+pub fn check_guards(buffer: &[u8], guard: usize) -> Option<CheckFailure> {
+    let (before, rest) = buffer.split_at(guard);
+    let after = &rest[rest.len() - guard..];
+    if let Some(i) = before.iter().position(|b| *b != GUARD_BYTE) {
+        return Some(CheckFailure::Guard {
+            before: true,
+            offset: i,
+        });
+    }
+    after
+        .iter()
+        .position(|b| *b != GUARD_BYTE)
+        .map(|i| CheckFailure::Guard {
+            before: false,
+            offset: i,
+        })
+}
+
+/// The output part of a downloaded buffer.
+pub fn output_part(buffer: &[u8], guard: usize) -> &[u8] {
+    &buffer[guard..buffer.len() - guard]
+}
+
+/// Compares an output with the float32 reference.
+pub fn compare(got: &HostTensor, reference: &[f32], tol: &Tolerance) -> ErrorStats {
+    assert_eq!(
+        got.len(),
+        reference.len(),
+        "output and reference lengths differ"
+    );
+    let max_ref = reference.iter().fold(0f64, |m, r| m.max((*r as f64).abs()));
+    let atol = tol.atol_floor + tol.atol_of_max * max_ref;
+    let mut s = ErrorStats {
+        max_ref,
+        ..ErrorStats::default()
+    };
+    let (mut err2, mut ref2) = (0f64, 0f64);
+    for (i, &r) in reference.iter().enumerate() {
+        let (g, r) = (got.get(i), r as f64);
+        let bad = if g.is_nan() {
+            s.nan += 1;
+            true
+        } else if g.is_infinite() {
+            s.inf += 1;
+            true
+        } else {
+            let e = (g - r).abs();
+            s.max_abs = s.max_abs.max(e);
+            err2 += e * e;
+            e > atol + tol.rtol * r.abs()
+        };
+        ref2 += r * r;
+        if bad {
+            s.bad += 1;
+            s.first_bad.get_or_insert(i);
+        }
+    }
+    s.rel_l2 = if s.nan + s.inf > 0 {
+        f64::INFINITY
+    } else if ref2 > 0.0 {
+        (err2 / ref2).sqrt()
+    } else if err2 > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    s
+}
+
+/// The first failed check of a comparison, if any. NaN or Inf never passes.
+pub fn verdict(s: &ErrorStats, tol: &Tolerance) -> Option<CheckFailure> {
+    if s.nan + s.inf > 0 {
+        return Some(CheckFailure::NotFinite {
+            count: s.nan + s.inf,
+            first: s.first_bad.unwrap_or(0),
+        });
+    }
+    if s.bad > 0 {
+        return Some(CheckFailure::Tolerance {
+            count: s.bad,
+            first: s.first_bad.unwrap_or(0),
+        });
+    }
+    (s.rel_l2 > tol.rel_l2).then_some(CheckFailure::RelativeL2 {
+        value: s.rel_l2,
+        bound: tol.rel_l2,
+    })
+}
+
+/// Elements (of `elem_size` bytes) that differ between two outputs, and the first one.
+pub fn differences(a: &[u8], b: &[u8], elem_size: usize) -> Option<(u64, usize)> {
+    let mut count = 0u64;
+    let mut first = None;
+    for (i, (x, y)) in a.chunks(elem_size).zip(b.chunks(elem_size)).enumerate() {
+        if x != y {
+            count += 1;
+            first.get_or_insert(i);
+        }
+    }
+    first.map(|f| (count, f))
+}
+
+pub fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOL: Tolerance = Tolerance {
+        rtol: 4e-3,
+        atol_of_max: 1e-3,
+        atol_floor: 1e-5,
+        rel_l2: 2e-3,
+    };
+
+    fn f16(values: &[f32]) -> HostTensor {
+        HostTensor::from_f32(ElemType::F16, values)
+    }
+
+    #[test]
+    fn poison_and_guards() {
+        let buf = poisoned_output(ElemType::F16, 3, 8);
+        assert_eq!(buf.len(), 8 + 6 + 8);
+        assert_eq!(check_guards(&buf, 8), None);
+        let out = HostTensor {
+            elem: ElemType::F16,
+            bytes: output_part(&buf, 8).to_vec(),
+        };
+        assert!(out.to_f64().iter().all(|x| x.is_nan()));
+        let mut hit = buf.clone();
+        hit[8 + 6 + 1] = 0;
+        assert_eq!(
+            check_guards(&hit, 8),
+            Some(CheckFailure::Guard {
+                before: false,
+                offset: 1
+            })
+        );
+        let mut hit = buf.clone();
+        hit[7] = 0;
+        assert_eq!(
+            check_guards(&hit, 8),
+            Some(CheckFailure::Guard {
+                before: true,
+                offset: 7
+            })
+        );
+    }
+
+    #[test]
+    fn rounding_passes_real_errors_fail() {
+        let reference: Vec<f32> = (0..100).map(|i| (i as f32 - 50.0) * 0.37).collect();
+        // fp16 rounding of the reference itself passes.
+        let s = compare(&f16(&reference), &reference, &TOL);
+        assert_eq!(verdict(&s, &TOL), None, "{s:?}");
+        assert!(s.max_abs > 0.0);
+        // One element off by 5% fails the element check.
+        let mut off = reference.clone();
+        off[42] *= 1.05;
+        let s = compare(&f16(&off), &reference, &TOL);
+        assert_eq!(
+            verdict(&s, &TOL),
+            Some(CheckFailure::Tolerance {
+                count: 1,
+                first: 42
+            })
+        );
+        // Poison left in place (unwritten element) is NaN: never passes.
+        let mut t = f16(&reference);
+        t.bytes[20..22].copy_from_slice(&ElemType::F16.nan_bytes());
+        let s = compare(&t, &reference, &TOL);
+        assert_eq!(
+            verdict(&s, &TOL),
+            Some(CheckFailure::NotFinite {
+                count: 1,
+                first: 10
+            })
+        );
+        assert!(s.rel_l2.is_infinite());
+        // Inf never passes either.
+        let mut inf = reference.clone();
+        inf[3] = f32::INFINITY;
+        assert!(matches!(
+            verdict(&compare(&f16(&inf), &reference, &TOL), &TOL),
+            Some(CheckFailure::NotFinite { .. })
+        ));
+    }
+
+    #[test]
+    fn many_small_errors_fail_the_l2_bound() {
+        let reference: Vec<f32> = (0..1000).map(|i| 1.0 + (i % 7) as f32).collect();
+        // Every element 0.3% high: inside rtol (0.4%), but the L2 error (3e-3) is over 2e-3.
+        let got: Vec<f32> = reference.iter().map(|r| r * 1.003).collect();
+        let s = compare(&HostTensor::from_f32(ElemType::F32, &got), &reference, &TOL);
+        assert!(
+            matches!(verdict(&s, &TOL), Some(CheckFailure::RelativeL2 { .. })),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn zero_reference_needs_zero_output() {
+        let reference = vec![0.0f32; 16];
+        let s = compare(&f16(&reference), &reference, &TOL);
+        assert_eq!((s.rel_l2, verdict(&s, &TOL)), (0.0, None));
+        let mut got = reference.clone();
+        got[5] = 0.01;
+        let s = compare(&f16(&got), &reference, &TOL);
+        assert!(verdict(&s, &TOL).is_some());
+    }
+
+    #[test]
+    fn differences_count_elements() {
+        let a = [1u8, 2, 3, 4, 5, 6];
+        let mut b = a;
+        assert_eq!(differences(&a, &b, 2), None);
+        b[3] = 0;
+        b[5] = 0;
+        assert_eq!(differences(&a, &b, 2), Some((2, 1)));
+        assert_ne!(digest(&a), digest(&b));
+    }
+}

@@ -1,0 +1,306 @@
+//! The messages between the orchestrator and a GPU worker: one JSON object per line on
+//! the worker's stdin (requests) and stdout (responses). All serde types of the
+//! protocol live here.
+
+use base64::Engine;
+use evo_core::{LaunchDims, Vars};
+use evo_gpu::device::DeviceInfo;
+use evo_gpu::runtime::FunctionAttributes;
+use evo_kernels::harness::{InputKind, Tolerance};
+use serde::{Deserialize, Serialize};
+
+use crate::{Gate, Status};
+
+/// Orchestrator → worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    Evaluate(Box<Job>),
+    Shutdown,
+}
+
+/// Worker → orchestrator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// Sent once at start, when the worker holds a context on its GPU.
+    Ready {
+        pid: u32,
+        device: Option<DeviceInfo>,
+    },
+    Result(Box<JobResult>),
+}
+
+/// One variant to check and time on every shape.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Job {
+    pub id: u64,
+    pub problem: String,
+    /// What the variant is (a genome, a file), for messages.
+    pub label: String,
+    /// The CUBIN holding every kernel of the variant.
+    pub cubin: Cubin,
+    /// Kernel symbols, launched in this order for one call.
+    pub kernels: Vec<String>,
+    pub shapes: Vec<ShapeJob>,
+    pub correctness: CorrectnessPlan,
+    /// `None`: correctness only.
+    pub timing: Option<TimingPlan>,
+}
+
+/// CUBIN bytes, base64 in JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cubin(pub Vec<u8>);
+
+impl Serialize for Cubin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Cubin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(Cubin)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShapeJob {
+    /// Complete shape: specialization and run-time variables.
+    pub vars: Vars,
+    /// Launch geometry of each kernel, in [`Job::kernels`] order.
+    pub launches: Vec<LaunchDims>,
+    /// Time this shape (edge shapes are checked, not timed).
+    pub timed: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CorrectnessPlan {
+    /// Seeds of the random trials (fresh per variant; recorded in the result).
+    pub seeds: Vec<u64>,
+    pub adversarial: bool,
+    pub repeat_check: bool,
+    pub guard_bytes: usize,
+    /// Error bounds per dtype name after config overrides (`None`: the problem's).
+    pub tolerance: Vec<(String, Tolerance)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TimingPlan {
+    pub warmup_ms: f64,
+    pub min_samples: u32,
+    pub max_samples: u32,
+    pub target_spread: f64,
+    pub sample_ms: f64,
+    pub l2_multiple: f64,
+    pub max_input_sets: u32,
+    pub budget_ms: f64,
+}
+
+impl From<&evo_core::config::TimingConfig> for TimingPlan {
+    fn from(c: &evo_core::config::TimingConfig) -> Self {
+        TimingPlan {
+            warmup_ms: c.warmup_ms,
+            min_samples: c.min_samples,
+            max_samples: c.max_samples,
+            target_spread: c.target_spread,
+            sample_ms: c.sample_ms,
+            l2_multiple: c.l2_multiple,
+            max_input_sets: c.max_input_sets,
+            budget_ms: c.budget_ms,
+        }
+    }
+}
+
+/// Verdict on one variant.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobResult {
+    pub id: u64,
+    pub status: Status,
+    /// The gate that failed, if any.
+    pub gate: Option<Gate>,
+    /// Why it failed (the check, the CUDA error, the shape), or a summary.
+    pub detail: String,
+    pub shapes: Vec<ShapeResult>,
+    /// What the driver says about each kernel, with resident blocks per SM.
+    pub kernels: Vec<KernelReport>,
+    pub elapsed_ms: f64,
+}
+
+impl JobResult {
+    pub fn failed(
+        id: u64,
+        status: Status,
+        gate: Option<Gate>,
+        detail: impl Into<String>,
+    ) -> JobResult {
+        JobResult {
+            id,
+            status,
+            gate,
+            detail: detail.into(),
+            shapes: Vec::new(),
+            kernels: Vec::new(),
+            elapsed_ms: 0.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KernelReport {
+    pub name: String,
+    pub attributes: FunctionAttributes,
+    pub blocks_per_sm: i32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShapeResult {
+    pub vars: Vars,
+    pub trials: Vec<TrialReport>,
+    pub timing: Option<TimingReport>,
+}
+
+impl ShapeResult {
+    /// The worst error of any trial.
+    pub fn worst(&self) -> Option<&ErrorStats> {
+        self.trials
+            .iter()
+            .map(|t| &t.stats)
+            .max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2))
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrialReport {
+    pub kind: InputKind,
+    pub seed: u64,
+    pub stats: ErrorStats,
+    /// The first check this trial failed.
+    pub failure: Option<CheckFailure>,
+}
+
+/// Error of an output against the reference.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ErrorStats {
+    pub max_abs: f64,
+    /// ‖got − ref‖ / ‖ref‖ (0 when both are zero).
+    pub rel_l2: f64,
+    /// Elements outside `atol + rtol·|ref|`, NaN and Inf included.
+    pub bad: u64,
+    pub first_bad: Option<usize>,
+    pub nan: u64,
+    pub inf: u64,
+    pub max_ref: f64,
+}
+
+/// Which correctness check failed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum CheckFailure {
+    /// Output elements still hold the NaN poison or are NaN/Inf.
+    NotFinite { count: u64, first: usize },
+    /// Elements outside the tolerance.
+    Tolerance { count: u64, first: usize },
+    /// Relative L2 error above the bound.
+    RelativeL2 { value: f64, bound: f64 },
+    /// The guard region before or after the output was written.
+    Guard { before: bool, offset: usize },
+    /// An input tensor changed during the launch.
+    InputModified { input: String },
+    /// A second launch on the same inputs gave a different output.
+    Nondeterministic { differing: u64, first: usize },
+}
+
+impl std::fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckFailure::NotFinite { count, first } => {
+                write!(f, "{count} output elements not finite (NaN poison left or NaN/Inf written), first at {first}")
+            }
+            CheckFailure::Tolerance { count, first } => write!(f, "{count} elements outside tolerance, first at {first}"),
+            CheckFailure::RelativeL2 { value, bound } => write!(f, "relative L2 error {value:.3e} > {bound:.1e}"),
+            CheckFailure::Guard { before, offset } => write!(
+                f,
+                "write outside the output: guard region {} it changed at byte {offset}",
+                if *before { "before" } else { "after" }
+            ),
+            CheckFailure::InputModified { input } => write!(f, "input `{input}` was modified"),
+            CheckFailure::Nondeterministic { differing, first } => write!(
+                f,
+                "second launch on the same inputs differs in {differing} elements (first at {first}): a race or nondeterminism"
+            ),
+        }
+    }
+}
+
+/// Timing of one shape.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TimingReport {
+    pub median_us: f64,
+    pub p20_us: f64,
+    pub p80_us: f64,
+    /// Per-launch time of every sample (a graph replay divided by its launches).
+    pub samples_us: Vec<f64>,
+    pub launches_per_sample: u32,
+    pub input_sets: u32,
+    pub tflops: f64,
+    /// Of the device's dense tensor peak for the dtype, where known.
+    pub peak_fraction: Option<f64>,
+    /// Minimum bytes over median time.
+    pub gb_per_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_as_single_lines() {
+        let job = Job {
+            id: 7,
+            problem: "gemm".into(),
+            label: "g".into(),
+            cubin: Cubin(vec![0x7f, b'E', b'L', b'F', 0, 255]),
+            kernels: vec!["gemm".into()],
+            shapes: vec![ShapeJob {
+                vars: [("M".to_string(), evo_core::Value::Int(4))]
+                    .into_iter()
+                    .collect(),
+                launches: vec![LaunchDims {
+                    grid: [1, 2, 3],
+                    block: [32, 1, 1],
+                    shared_bytes: 0,
+                }],
+                timed: true,
+            }],
+            correctness: CorrectnessPlan {
+                seeds: vec![1, 2],
+                adversarial: true,
+                repeat_check: true,
+                guard_bytes: 4096,
+                tolerance: vec![],
+            },
+            timing: None,
+        };
+        let line = serde_json::to_string(&Request::Evaluate(Box::new(job.clone()))).unwrap();
+        assert!(!line.contains('\n'));
+        let Request::Evaluate(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("wrong variant")
+        };
+        assert_eq!(back.cubin, job.cubin);
+        assert_eq!(back.shapes, job.shapes);
+        let ready: Response =
+            serde_json::from_str(r#"{"type":"ready","pid":5,"device":null}"#).unwrap();
+        assert!(matches!(
+            ready,
+            Response::Ready {
+                pid: 5,
+                device: None
+            }
+        ));
+    }
+}

@@ -1,0 +1,225 @@
+//! The static gate: resource usage read from the compiled kernels (no GPU), checked
+//! against the target's limits and the config's rejection rules, before any launch.
+
+use std::collections::BTreeMap;
+
+use evo_core::config::StaticConfig;
+use evo_core::{LaunchDims, Target};
+use evo_gpu::{KernelResources, SassCounts};
+use serde::{Deserialize, Serialize};
+
+/// Shared memory the driver reserves per block on sm_80 and newer.
+const RESERVED_SMEM_PER_BLOCK: u32 = 1024;
+
+/// What the static gate saw, per kernel.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StaticKernel {
+    pub name: String,
+    pub registers: u32,
+    pub static_smem_bytes: u32,
+    /// Largest dynamic shared memory over the shapes.
+    pub dynamic_smem_bytes: u32,
+    pub threads: u32,
+    pub spill_bytes: u32,
+    pub stack_frame_bytes: u32,
+    /// Resident blocks per multiprocessor (theoretical occupancy).
+    pub blocks_per_sm: u32,
+    /// Tensor-core instructions in the SASS, when cuobjdump was available.
+    pub tensor_ops: Option<BTreeMap<String, u64>>,
+}
+
+/// Blocks of `threads` threads using `registers` per thread and `smem` bytes of shared
+/// memory that fit on one multiprocessor (register allocation in 256-register units
+/// per warp, as on sm_80 and newer).
+pub fn blocks_per_sm(target: &Target, threads: u32, registers: u32, smem: u32) -> u32 {
+    let warps = threads.div_ceil(32);
+    let regs_per_warp = (registers.max(1) * 32).div_ceil(256) * 256;
+    let by_regs = target.regs_per_sm / (warps * regs_per_warp).max(1);
+    let by_smem = target.smem_per_sm / (smem + RESERVED_SMEM_PER_BLOCK);
+    let by_threads = target.max_threads_per_sm / threads.max(1);
+    by_regs
+        .min(by_smem)
+        .min(by_threads)
+        .min(target.max_blocks_per_sm)
+}
+
+/// Checks every kernel of a variant; `launches` lists each shape's launch geometry per
+/// kernel name. `Err` is the reason for rejection.
+pub fn check(
+    target: &Target,
+    rules: &StaticConfig,
+    kernels: &[KernelResources],
+    sass: Option<&BTreeMap<String, SassCounts>>,
+    launches: &[Vec<(String, LaunchDims)>],
+) -> Result<Vec<StaticKernel>, String> {
+    let mut out = Vec::new();
+    let names: Vec<&String> = launches.iter().flatten().map(|(n, _)| n).collect();
+    for name in names
+        .iter()
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let k = kernels.iter().find(|k| &k.name == name).ok_or_else(|| {
+            format!(
+                "kernel `{name}` is not in the compiled module (ptxas reported {:?})",
+                kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+            )
+        })?;
+        let dims: Vec<&LaunchDims> = launches
+            .iter()
+            .flatten()
+            .filter(|(n, _)| n == name)
+            .map(|(_, d)| d)
+            .collect();
+        let dynamic = dims.iter().map(|d| d.shared_bytes).max().unwrap_or(0);
+        let threads = dims
+            .iter()
+            .map(|d| d.threads_per_block())
+            .max()
+            .unwrap_or(1);
+        let smem = k.static_smem_bytes + dynamic;
+        if smem > target.max_smem_per_block {
+            return Err(format!(
+                "`{name}` needs {smem} bytes of shared memory per block ({} static + {dynamic} dynamic); {} allows {}",
+                k.static_smem_bytes, target.arch, target.max_smem_per_block
+            ));
+        }
+        if threads > target.max_threads_per_block {
+            return Err(format!(
+                "`{name}` launches {threads} threads per block; the limit is {}",
+                target.max_threads_per_block
+            ));
+        }
+        let spill = k.spill_store_bytes + k.spill_load_bytes;
+        if spill > rules.max_spill_bytes {
+            return Err(format!(
+                "`{name}` spills {} bytes stored + {} loaded (limit {} in [static] max_spill_bytes)",
+                k.spill_store_bytes, k.spill_load_bytes, rules.max_spill_bytes
+            ));
+        }
+        if k.registers > rules.max_registers {
+            return Err(format!(
+                "`{name}` uses {} registers per thread (limit {})",
+                k.registers, rules.max_registers
+            ));
+        }
+        let blocks = blocks_per_sm(target, threads, k.registers, smem);
+        if blocks < rules.min_blocks_per_sm {
+            return Err(format!(
+                "`{name}` fits {blocks} blocks per multiprocessor ({threads} threads, {} registers, {smem} bytes shared); at least {} required",
+                k.registers, rules.min_blocks_per_sm
+            ));
+        }
+        let tensor_ops = sass
+            .and_then(|s| s.get(name.as_str()))
+            .map(|c| c.tensor.clone());
+        if rules.require_tensor_ops && tensor_ops.as_ref().is_some_and(|t| t.is_empty()) {
+            return Err(format!(
+                "`{name}` has no tensor-core instruction in its SASS"
+            ));
+        }
+        out.push(StaticKernel {
+            name: name.clone(),
+            registers: k.registers,
+            static_smem_bytes: k.static_smem_bytes,
+            dynamic_smem_bytes: dynamic,
+            threads,
+            spill_bytes: spill,
+            stack_frame_bytes: k.stack_frame_bytes,
+            blocks_per_sm: blocks,
+            tensor_ops,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(registers: u32, spill: u32) -> KernelResources {
+        KernelResources {
+            name: "k".into(),
+            registers,
+            static_smem_bytes: 0,
+            stack_frame_bytes: 0,
+            spill_store_bytes: spill,
+            spill_load_bytes: spill,
+            barriers: 1,
+        }
+    }
+
+    fn launch(threads: u32, smem: u32) -> Vec<Vec<(String, LaunchDims)>> {
+        vec![vec![(
+            "k".into(),
+            LaunchDims {
+                grid: [10, 1, 1],
+                block: [threads, 1, 1],
+                shared_bytes: smem,
+            },
+        )]]
+    }
+
+    fn h100() -> Target {
+        Target::from_arch("sm_90a").unwrap()
+    }
+
+    #[test]
+    fn occupancy_math() {
+        let t = h100();
+        // 128 threads x 128 regs = 16K regs per block: 4 blocks by registers.
+        assert_eq!(blocks_per_sm(&t, 128, 128, 0), 4);
+        // 255 registers round to 256 per thread: 2 blocks of 128 threads.
+        assert_eq!(blocks_per_sm(&t, 128, 255, 0), 2);
+        // 100 KB of shared memory: 2 blocks in 228 KB (with 1 KB reserved each).
+        assert_eq!(blocks_per_sm(&t, 128, 32, 100 * 1024), 2);
+        // Threads: 1024-thread blocks, 2 per SM.
+        assert_eq!(blocks_per_sm(&t, 1024, 16, 0), 2);
+        // Register-hungry big blocks do not fit at all.
+        assert_eq!(blocks_per_sm(&t, 1024, 128, 0), 0);
+    }
+
+    #[test]
+    fn rules_reject_with_reasons() {
+        let t = h100();
+        let rules = StaticConfig::default();
+        let ok = check(&t, &rules, &[kernel(128, 0)], None, &launch(128, 48 * 1024)).unwrap();
+        assert_eq!(ok[0].blocks_per_sm, 4);
+        let e = check(&t, &rules, &[kernel(64, 0)], None, &launch(128, 300 * 1024)).unwrap_err();
+        assert!(e.contains("shared memory") && e.contains("232448"), "{e}");
+        let e = check(&t, &rules, &[kernel(64, 8)], None, &launch(128, 0)).unwrap_err();
+        assert!(e.contains("spills"), "{e}");
+        let relaxed = StaticConfig {
+            max_spill_bytes: 64,
+            ..StaticConfig::default()
+        };
+        assert!(check(&t, &relaxed, &[kernel(64, 8)], None, &launch(128, 0)).is_ok());
+        let e = check(&t, &rules, &[kernel(128, 0)], None, &launch(1024, 0)).unwrap_err();
+        assert!(e.contains("0 blocks per multiprocessor"), "{e}");
+        let e = check(&t, &rules, &[kernel(64, 0)], None, &launch(2048, 0)).unwrap_err();
+        assert!(e.contains("2048 threads"), "{e}");
+        let mut other = kernel(64, 0);
+        other.name = "other".into();
+        let e = check(&t, &rules, &[other], None, &launch(128, 0)).unwrap_err();
+        assert!(e.contains("not in the compiled module"), "{e}");
+    }
+
+    #[test]
+    fn tensor_op_rule_uses_sass_when_present() {
+        let t = h100();
+        let rules = StaticConfig {
+            require_tensor_ops: true,
+            ..StaticConfig::default()
+        };
+        let none: BTreeMap<String, SassCounts> = [("k".to_string(), SassCounts::default())]
+            .into_iter()
+            .collect();
+        assert!(check(&t, &rules, &[kernel(64, 0)], Some(&none), &launch(128, 0)).is_err());
+        let mut hmma = SassCounts::default();
+        hmma.tensor.insert("HMMA".into(), 8);
+        let some: BTreeMap<String, SassCounts> = [("k".to_string(), hmma)].into_iter().collect();
+        assert!(check(&t, &rules, &[kernel(64, 0)], Some(&some), &launch(128, 0)).is_ok());
+        // Without SASS the rule cannot be applied, and does not reject.
+        assert!(check(&t, &rules, &[kernel(64, 0)], None, &launch(128, 0)).is_ok());
+    }
+}

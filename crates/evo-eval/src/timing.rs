@@ -1,0 +1,117 @@
+//! Timing arithmetic: percentiles, when sampling has settled, how many input sets to
+//! rotate, and the device's dense tensor peak. The GPU side is in `worker`.
+//!
+//! Method (DESIGN.md, "timing"): a sample is one replay of a CUDA graph holding R
+//! launches back to back, timed with two CUDA events and divided by R; launch i reads
+//! input set i mod S, with S sets whose bytes exceed `l2_multiple` × the L2 size, so the
+//! data comes from memory and not from cache (this rotation is the L2 flush). Samples are
+//! taken until (p80 − p20) / median ≤ `target_spread` after `min_samples`, or
+//! `max_samples`, or the time budget.
+
+use evo_kernels::harness::ElemType;
+
+use crate::protocol::TimingPlan;
+
+/// Percentile `p` in [0, 1] of sorted values, by linear interpolation.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    assert!(!sorted.is_empty());
+    let pos = p.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// (median, p20, p80) of unsorted samples.
+pub fn summary(samples: &[f64]) -> (f64, f64, f64) {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    (
+        percentile(&s, 0.5),
+        percentile(&s, 0.2),
+        percentile(&s, 0.8),
+    )
+}
+
+/// Whether sampling can stop.
+pub fn settled(samples: &[f64], plan: &TimingPlan) -> bool {
+    if samples.len() as u32 >= plan.max_samples {
+        return true;
+    }
+    if (samples.len() as u32) < plan.min_samples.max(3) {
+        return false;
+    }
+    let (median, p20, p80) = summary(samples);
+    median > 0.0 && (p80 - p20) / median <= plan.target_spread
+}
+
+/// Input sets to rotate so their bytes exceed `l2_multiple` × L2, within the cap.
+pub fn input_sets(bytes_per_set: usize, l2_bytes: usize, plan: &TimingPlan) -> u32 {
+    let want = (plan.l2_multiple * l2_bytes as f64 / bytes_per_set.max(1) as f64).ceil() as u32;
+    want.clamp(1, plan.max_input_sets.max(1))
+}
+
+/// Dense tensor-core peak in TFLOP/s where known: multiprocessors × dense flops per
+/// clock per SM × clock. Hopper's clock is capped at 1830 MHz, the clock behind NVIDIA's
+/// 989 TFLOP/s fp16 figure for H100 SXM (the driver reports the 1980 MHz maximum).
+pub fn dense_peak_tflops(cc: (u32, u32), sms: u32, clock_mhz: u32, elem: ElemType) -> Option<f64> {
+    let (per_clock, clock) = match (cc, elem) {
+        ((9, 0), ElemType::F16 | ElemType::Bf16) => (4096.0, clock_mhz.min(1830)),
+        ((8, 0), ElemType::F16 | ElemType::Bf16) => (2048.0, clock_mhz.min(1410)),
+        _ => return None,
+    };
+    Some(sms as f64 * per_clock * clock as f64 * 1e6 / 1e12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> TimingPlan {
+        TimingPlan {
+            warmup_ms: 10.0,
+            min_samples: 5,
+            max_samples: 50,
+            target_spread: 0.02,
+            sample_ms: 1.0,
+            l2_multiple: 2.0,
+            max_input_sets: 64,
+            budget_ms: 1000.0,
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        let (m, p20, p80) = summary(&[5.0, 1.0, 4.0, 2.0, 3.0]);
+        assert_eq!((m, p20, p80), (3.0, 1.8, 4.2));
+        assert_eq!(percentile(&[7.0], 0.2), 7.0);
+    }
+
+    #[test]
+    fn settling() {
+        let p = plan();
+        assert!(!settled(&[10.0, 10.0, 10.0], &p), "needs min_samples");
+        assert!(settled(&[10.0, 10.01, 10.02, 9.99, 10.0], &p));
+        assert!(!settled(&[10.0, 12.0, 10.0, 12.0, 11.0], &p));
+        assert!(
+            settled(&vec![10.0, 20.0].repeat(25), &p),
+            "max_samples stops"
+        );
+    }
+
+    #[test]
+    fn input_set_rotation_exceeds_twice_l2() {
+        let p = plan();
+        // 50 MB L2, 2 MB per set: 50 sets move 100 MB.
+        assert_eq!(input_sets(2 << 20, 50 << 20, &p), 50);
+        // Sets larger than twice the L2: one is enough.
+        assert_eq!(input_sets(200 << 20, 50 << 20, &p), 1);
+        // Tiny sets hit the cap.
+        assert_eq!(input_sets(1024, 50 << 20, &p), 64);
+    }
+
+    #[test]
+    fn hopper_peak() {
+        let p = dense_peak_tflops((9, 0), 132, 1980, ElemType::F16).unwrap();
+        assert!((p - 989.6).abs() < 1.0, "{p}");
+        assert_eq!(dense_peak_tflops((7, 5), 40, 1500, ElemType::F16), None);
+    }
+}

@@ -1,0 +1,534 @@
+//! The GPU worker: the process that holds one GPU's CUDA context and runs the
+//! correctness and timing gates on CUBINs sent by the orchestrator (see `protocol`).
+//!
+//! A kernel that faults leaves the context unusable, so on a sticky CUDA error the
+//! worker answers `crashed` and exits; the orchestrator starts a new one. A kernel that
+//! never returns blocks the worker, and the orchestrator's watchdog kills it.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::time::Instant;
+
+use evo_core::{LaunchDims, Value, Vars};
+use evo_gpu::runtime::{CudaError, DeviceBuffer, Function, Gpu, KernelArg, Module};
+use evo_gpu::{CompileCache, CompileRequest, Compiler};
+use evo_kernels::harness::{ArgSlot, HostTensor, InputKind, Tolerance};
+use evo_kernels::Problem;
+
+use crate::compare;
+use crate::protocol::{
+    CheckFailure, Job, JobResult, KernelReport, Request, Response, ShapeResult, TimingPlan,
+    TimingReport, TrialReport,
+};
+use crate::timing;
+use crate::{Gate, Status};
+
+/// Why a job stopped early.
+enum Stop {
+    Cuda(CudaError),
+    Check(String),
+    /// The evaluator itself could not proceed (no reference, reference not finite, ...).
+    Setup(String),
+}
+
+impl From<CudaError> for Stop {
+    fn from(e: CudaError) -> Self {
+        Stop::Cuda(e)
+    }
+}
+
+/// Serves requests until `Shutdown`, end of input, or a sticky CUDA error.
+pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+    let gpu = match Gpu::open(ordinal) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("evo worker: cannot open GPU {ordinal}: {e}");
+            std::process::exit(3);
+        }
+    };
+    let mut worker = Worker {
+        gpu,
+        references: HashMap::new(),
+        compiler: None,
+    };
+    let ready = Response::Ready {
+        pid: std::process::id(),
+        device: Some(worker.gpu.info.clone()),
+    };
+    writeln!(output, "{}", serde_json::to_string(&ready)?)?;
+    output.flush()?;
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("evo worker: bad request: {e}");
+                std::process::exit(2);
+            }
+        };
+        match request {
+            Request::Shutdown => break,
+            Request::Evaluate(job) => {
+                let (result, fatal) = worker.evaluate(&job);
+                writeln!(
+                    output,
+                    "{}",
+                    serde_json::to_string(&Response::Result(Box::new(result)))?
+                )?;
+                output.flush()?;
+                if fatal {
+                    // The context is dead: leave, so a fresh process takes over.
+                    std::process::exit(4);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Worker {
+    gpu: Gpu,
+    /// Compiled reference kernels by entry name.
+    references: HashMap<String, (Module, Function)>,
+    compiler: Option<Compiler>,
+}
+
+/// Device buffers of one call: inputs and the guarded output.
+struct CallBuffers {
+    inputs: Vec<DeviceBuffer>,
+    output: DeviceBuffer,
+    guard: usize,
+}
+
+impl CallBuffers {
+    fn args(&self, slots: &[ArgSlot]) -> Vec<KernelArg> {
+        slots
+            .iter()
+            .map(|s| match *s {
+                ArgSlot::Input(i) => KernelArg::Ptr(self.inputs[i].ptr()),
+                ArgSlot::Output => KernelArg::Ptr(self.output.ptr() + self.guard as u64),
+                ArgSlot::I32(v) => KernelArg::I32(v),
+                ArgSlot::I64(v) => KernelArg::I64(v),
+                ArgSlot::F32(v) => KernelArg::F32(v),
+            })
+            .collect()
+    }
+}
+
+fn describe(vars: &Vars) -> String {
+    vars.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Worker {
+    fn evaluate(&mut self, job: &Job) -> (JobResult, bool) {
+        let start = Instant::now();
+        let mut result = JobResult::failed(job.id, Status::Evaluated, None, "");
+        let outcome = self.run_job(job, &mut result);
+        result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let fatal = match outcome {
+            Ok(()) => {
+                result.status = Status::Evaluated;
+                result.detail = format!("correct on {} shapes", result.shapes.len());
+                false
+            }
+            Err(Stop::Check(detail)) => {
+                result.status = Status::Incorrect;
+                result.gate = Some(Gate::Correctness);
+                result.detail = detail;
+                false
+            }
+            Err(Stop::Setup(detail)) => {
+                result.status = Status::LaunchFailed;
+                result.detail = format!("evaluator could not check this variant: {detail}");
+                false
+            }
+            Err(Stop::Cuda(e)) => {
+                let sticky = e.is_sticky();
+                result.status = if sticky {
+                    Status::Crashed
+                } else {
+                    Status::LaunchFailed
+                };
+                result.detail = e.to_string();
+                sticky
+            }
+        };
+        (result, fatal)
+    }
+
+    fn run_job(&mut self, job: &Job, result: &mut JobResult) -> Result<(), Stop> {
+        let problem = evo_kernels::problem(&job.problem)
+            .ok_or_else(|| Stop::Setup(format!("unknown problem `{}`", job.problem)))?;
+        let module = self.gpu.load_module(&job.cubin.0)?;
+        let mut functions = Vec::new();
+        for (i, name) in job.kernels.iter().enumerate() {
+            let f = module.function(name)?;
+            let dyn_smem = job
+                .shapes
+                .iter()
+                .map(|s| s.launches[i].shared_bytes)
+                .max()
+                .unwrap_or(0);
+            let threads = job
+                .shapes
+                .iter()
+                .map(|s| s.launches[i].threads_per_block())
+                .max()
+                .unwrap_or(1);
+            f.set_max_dynamic_smem(dyn_smem)?;
+            let attributes = f.attributes()?;
+            let blocks_per_sm = f.occupancy(threads, dyn_smem)?;
+            result.kernels.push(KernelReport {
+                name: name.clone(),
+                attributes,
+                blocks_per_sm,
+            });
+            if blocks_per_sm == 0 {
+                return Err(Stop::Cuda(CudaError {
+                    call: "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                    code: -1,
+                    name: "NOT_LAUNCHABLE".into(),
+                    description: format!("`{name}` fits 0 blocks per multiprocessor with {threads} threads and {dyn_smem} bytes of dynamic shared memory"),
+                }));
+            }
+            functions.push(f);
+        }
+        for shape in &job.shapes {
+            let r = self.check_shape(job, problem, &functions, &shape.vars, &shape.launches)?;
+            result.shapes.push(r);
+        }
+        if let Some(plan) = &job.timing {
+            for (i, shape) in job.shapes.iter().enumerate() {
+                if shape.timed {
+                    let t = self.time_shape(
+                        job,
+                        problem,
+                        &functions,
+                        &shape.vars,
+                        &shape.launches,
+                        plan,
+                    )?;
+                    result.shapes[i].timing = Some(t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn reference(
+        &mut self,
+        problem: &dyn Problem,
+        vars: &Vars,
+    ) -> Result<(evo_kernels::harness::ReferenceKernel, usize), Stop> {
+        let reference = problem.reference(vars).ok_or_else(|| {
+            Stop::Setup(format!(
+                "problem `{}` has no GPU reference kernel yet",
+                problem.name()
+            ))
+        })?;
+        if !self.references.contains_key(&reference.entry) {
+            if self.compiler.is_none() {
+                let (major, minor) = self.gpu.info.compute_capability;
+                let arch = evo_core::Target::arch_for_capability(major, minor);
+                let cache = CompileCache::new(CompileCache::default_dir());
+                self.compiler = Some(
+                    Compiler::new(&arch, &["-std=c++17".to_string()], 0, Some(cache))
+                        .map_err(|e| Stop::Setup(format!("cannot compile the reference: {e}")))?,
+                );
+            }
+            let compiled = self
+                .compiler
+                .as_ref()
+                .expect("set above")
+                .compile(&CompileRequest {
+                    name: format!("{}_reference.cu", problem.name()),
+                    source: reference.source.to_string(),
+                })
+                .map_err(|e| Stop::Setup(format!("cannot compile the reference: {e}")))?;
+            let cubin = compiled.cubin.filter(|_| compiled.success).ok_or_else(|| {
+                Stop::Setup(format!(
+                    "the reference kernel does not compile:\n{}",
+                    compiled.log
+                ))
+            })?;
+            let module = self.gpu.load_module(&cubin)?;
+            let function = module.function(&reference.entry)?;
+            self.references
+                .insert(reference.entry.clone(), (module, function));
+        }
+        Ok((reference, 0))
+    }
+
+    fn alloc_call(
+        &self,
+        problem: &dyn Problem,
+        vars: &Vars,
+        guard: usize,
+    ) -> Result<CallBuffers, CudaError> {
+        let inputs = problem
+            .inputs(vars)
+            .iter()
+            .map(|t| self.gpu.alloc(t.len * t.elem.size()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = problem.output(vars);
+        let output = self.gpu.alloc(2 * guard + out.len * out.elem.size())?;
+        Ok(CallBuffers {
+            inputs,
+            output,
+            guard,
+        })
+    }
+
+    fn launch_all(
+        &self,
+        functions: &[Function],
+        launches: &[LaunchDims],
+        args: &[KernelArg],
+    ) -> Result<(), CudaError> {
+        for (f, dims) in functions.iter().zip(launches) {
+            self.gpu.launch(f, dims, args)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_shape(
+        &mut self,
+        job: &Job,
+        problem: &dyn Problem,
+        functions: &[Function],
+        vars: &Vars,
+        launches: &[LaunchDims],
+    ) -> Result<ShapeResult, Stop> {
+        let plan = &job.correctness;
+        let out_spec = problem.output(vars);
+        let dtype = vars
+            .get("DTYPE")
+            .and_then(Value::as_str)
+            .unwrap_or("f16")
+            .to_string();
+        let tol: Tolerance = plan
+            .tolerance
+            .iter()
+            .find(|(d, _)| *d == dtype)
+            .map(|(_, t)| *t)
+            .unwrap_or_else(|| problem.tolerance(vars));
+        let (reference, _) = self.reference(problem, vars)?;
+        let cand = self.alloc_call(problem, vars, plan.guard_bytes)?;
+        let refb = self.alloc_call(problem, vars, 0)?;
+        // The reference writes float32.
+        let ref_out = self.gpu.alloc(out_spec.len * 4)?;
+        let mut ref_args = refb.args(&reference.args);
+        for (slot, arg) in reference.args.iter().zip(ref_args.iter_mut()) {
+            if *slot == ArgSlot::Output {
+                *arg = KernelArg::Ptr(ref_out.ptr());
+            }
+        }
+        let cand_args = cand.args(&problem.args(vars));
+        let input_names: Vec<String> = problem.inputs(vars).into_iter().map(|t| t.name).collect();
+
+        let mut trials: Vec<(InputKind, u64)> =
+            plan.seeds.iter().map(|s| (InputKind::Random, *s)).collect();
+        if plan.adversarial {
+            let base = plan.seeds.first().copied().unwrap_or(0);
+            trials.extend(
+                InputKind::ADVERSARIAL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| (*k, base ^ (0xad00 + i as u64))),
+            );
+        }
+        let poison = compare::poisoned_output(out_spec.elem, out_spec.len, plan.guard_bytes);
+        let mut reports = Vec::new();
+        for (t, (kind, seed)) in trials.iter().enumerate() {
+            let host = problem.generate(vars, *kind, *seed);
+            let digests: Vec<[u8; 32]> = host.iter().map(|h| compare::digest(&h.bytes)).collect();
+            for ((h, c), r) in host.iter().zip(&cand.inputs).zip(&refb.inputs) {
+                c.upload(&h.bytes)?;
+                r.upload(&h.bytes)?;
+            }
+            // Reference.
+            let (_, ref_fn) = &self.references[&reference.entry];
+            self.gpu.launch(ref_fn, &reference.launch, &ref_args)?;
+            self.gpu.synchronize()?;
+            let ref_bytes = ref_out.download()?;
+            let ref_values: Vec<f32> = ref_bytes
+                .chunks(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if let Some(i) = ref_values.iter().position(|v| !v.is_finite()) {
+                return Err(Stop::Setup(format!(
+                    "the reference output is not finite at {i} for {kind:?} inputs on {}",
+                    describe(vars)
+                )));
+            }
+            // Candidate, on a poisoned output.
+            cand.output.upload(&poison)?;
+            self.launch_all(functions, launches, &cand_args)?;
+            self.gpu.synchronize()?;
+            let first = cand.output.download()?;
+            let got = HostTensor {
+                elem: out_spec.elem,
+                bytes: compare::output_part(&first, plan.guard_bytes).to_vec(),
+            };
+            let stats = compare::compare(&got, &ref_values, &tol);
+            let mut failure = compare::check_guards(&first, plan.guard_bytes);
+            if failure.is_none() {
+                for (i, buf) in cand.inputs.iter().enumerate() {
+                    if compare::digest(&buf.download()?) != digests[i] {
+                        failure = Some(CheckFailure::InputModified {
+                            input: input_names[i].clone(),
+                        });
+                        break;
+                    }
+                }
+            }
+            if failure.is_none() {
+                failure = compare::verdict(&stats, &tol);
+            }
+            if failure.is_none() && plan.repeat_check && t == 0 {
+                cand.output.upload(&poison)?;
+                self.launch_all(functions, launches, &cand_args)?;
+                self.gpu.synchronize()?;
+                let second = cand.output.download()?;
+                if let Some((differing, first_index)) = compare::differences(
+                    compare::output_part(&first, plan.guard_bytes),
+                    compare::output_part(&second, plan.guard_bytes),
+                    out_spec.elem.size(),
+                ) {
+                    failure = Some(CheckFailure::Nondeterministic {
+                        differing,
+                        first: first_index,
+                    });
+                }
+            }
+            let failed = failure.clone();
+            reports.push(TrialReport {
+                kind: *kind,
+                seed: *seed,
+                stats,
+                failure,
+            });
+            if let Some(f) = failed {
+                return Err(Stop::Check(format!(
+                    "{}: {kind:?} inputs (seed {seed}): {f}; max abs error {:.3e}, relative L2 {:.3e}",
+                    describe(vars),
+                    reports.last().map_or(0.0, |r| r.stats.max_abs),
+                    reports.last().map_or(0.0, |r| r.stats.rel_l2)
+                )));
+            }
+        }
+        Ok(ShapeResult {
+            vars: vars.clone(),
+            trials: reports,
+            timing: None,
+        })
+    }
+
+    fn time_shape(
+        &mut self,
+        job: &Job,
+        problem: &dyn Problem,
+        functions: &[Function],
+        vars: &Vars,
+        launches: &[LaunchDims],
+        plan: &TimingPlan,
+    ) -> Result<TimingReport, Stop> {
+        let bytes_per_set: usize = problem
+            .inputs(vars)
+            .iter()
+            .map(|t| t.len * t.elem.size())
+            .sum::<usize>()
+            + problem.output(vars).len * problem.output(vars).elem.size();
+        let sets =
+            timing::input_sets(bytes_per_set, self.gpu.info.l2_bytes as usize, plan) as usize;
+        let host = problem.generate(
+            vars,
+            InputKind::Random,
+            job.correctness.seeds.first().copied().unwrap_or(1),
+        );
+        let mut calls = Vec::with_capacity(sets);
+        for _ in 0..sets {
+            let call = self.alloc_call(problem, vars, 0)?;
+            for (h, d) in host.iter().zip(&call.inputs) {
+                d.upload(&h.bytes)?;
+            }
+            calls.push(call);
+        }
+        let args: Vec<Vec<KernelArg>> = calls.iter().map(|c| c.args(&problem.args(vars))).collect();
+
+        // Warm-up: launch over the sets until warmup_ms has passed.
+        let warm = Instant::now();
+        let mut warm_launches = 0usize;
+        loop {
+            for a in &args {
+                self.launch_all(functions, launches, a)?;
+            }
+            self.gpu.synchronize()?;
+            warm_launches += sets;
+            if warm.elapsed().as_secs_f64() * 1e3 >= plan.warmup_ms {
+                break;
+            }
+        }
+        let est_ms = warm.elapsed().as_secs_f64() * 1e3 / warm_launches as f64;
+        let per_graph = ((plan.sample_ms / est_ms.max(1e-4)).ceil() as usize).clamp(sets, 20_000);
+        let per_graph = per_graph.div_ceil(sets) * sets;
+        let graph = self.gpu.capture(|g| {
+            for r in 0..per_graph {
+                for (f, dims) in functions.iter().zip(launches) {
+                    g.launch(f, dims, &args[r % sets])?;
+                }
+            }
+            Ok(())
+        })?;
+        let (start, end) = (self.gpu.event()?, self.gpu.event()?);
+        // One untimed replay: the first launch of a graph pays its upload.
+        self.gpu.launch_graph(&graph)?;
+        self.gpu.synchronize()?;
+        let mut samples = Vec::new();
+        let begun = Instant::now();
+        loop {
+            self.gpu.record(&start)?;
+            self.gpu.launch_graph(&graph)?;
+            self.gpu.record(&end)?;
+            end.synchronize()?;
+            let ms = start.elapsed_ms(&end)? as f64;
+            samples.push(ms * 1e3 / per_graph as f64);
+            if timing::settled(&samples, plan)
+                || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms
+            {
+                break;
+            }
+        }
+        let (median, p20, p80) = timing::summary(&samples);
+        let tflops = problem.flops(vars) / (median * 1e-6) / 1e12;
+        let elem = evo_kernels::harness::ElemType::from_dtype(
+            vars.get("DTYPE").and_then(Value::as_str).unwrap_or("f16"),
+        )
+        .unwrap_or(evo_kernels::harness::ElemType::F16);
+        let info = &self.gpu.info;
+        let peak = timing::dense_peak_tflops(
+            info.compute_capability,
+            info.multiprocessors,
+            info.clock_mhz,
+            elem,
+        );
+        Ok(TimingReport {
+            median_us: median,
+            p20_us: p20,
+            p80_us: p80,
+            samples_us: samples,
+            launches_per_sample: per_graph as u32,
+            input_sets: sets as u32,
+            tflops,
+            peak_fraction: peak.map(|p| tflops / p),
+            gb_per_s: problem.min_bytes(vars) / (median * 1e-6) / 1e9,
+        })
+    }
+}
