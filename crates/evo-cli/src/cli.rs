@@ -83,6 +83,54 @@ pub enum Command {
         #[arg(long)]
         sass: bool,
     },
+    /// Run every gate on hand-written kernels and print a verdict per gate. Files may
+    /// carry `// evo-launch:` and `// evo-expect:` headers; with expectations, the exit
+    /// code says whether every verdict matched.
+    Check(CheckArgs),
+    /// GPU self-checks: reference kernels against float64, timing of kernels of known
+    /// cost, and fault isolation (a faulting and a hanging kernel, then a good one).
+    Selftest {
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+    },
+    /// Serve evaluation jobs for one GPU over stdin/stdout (started by evo itself).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Hand-written kernels (.cu) implementing the problem's ABI.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The problem the kernels implement (e.g. gemm, sdpa_fwd).
+    #[arg(long)]
+    pub problem: String,
+    /// Take shapes and gate settings from this search config.
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// A shape (repeatable), e.g. M=1000,N=1000,K=1000 (specialization values too).
+    #[arg(long)]
+    pub shape: Vec<String>,
+    /// Launch rule, overriding the file's `// evo-launch:` header, e.g.
+    /// "grid = ceil_div(N, 16), ceil_div(M, 16); block = 16, 16; shared_bytes = 0".
+    #[arg(long)]
+    pub launch: Option<String>,
+    /// Correctness only.
+    #[arg(long)]
+    pub no_timing: bool,
+    #[command(flatten)]
+    pub gpus: GpuArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct GpuArgs {
+    /// GPUs to run workers on, e.g. 0,1 (one worker process per GPU).
+    #[arg(long, default_value = "0")]
+    pub gpus: String,
 }
 
 #[derive(Args, Debug)]

@@ -176,3 +176,54 @@ impl Loaded {
         }
     }
 }
+
+/// The GPUs named by `--gpus` (e.g. `0,1`), checked against what the driver sees. No
+/// GPU at all is a [`crate::MissingComponent`] (exit code 3).
+pub fn gpus(list: &str) -> Result<(Vec<u32>, evo_gpu::device::DriverInfo)> {
+    let info = evo_gpu::device::probe().map_err(|e| {
+        crate::MissingComponent(format!("this command runs kernels and needs a GPU: {e}"))
+    })?;
+    if info.devices.is_empty() {
+        return Err(crate::MissingComponent(
+            "this command runs kernels and needs a GPU: the driver sees none".into(),
+        )
+        .into());
+    }
+    let mut out = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let g: u32 = part
+            .parse()
+            .with_context(|| format!("--gpus: `{part}` is not a GPU number"))?;
+        if g as usize >= info.devices.len() {
+            bail!(
+                "--gpus: GPU {g} does not exist (the driver sees {} GPU(s))",
+                info.devices.len()
+            );
+        }
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    if out.is_empty() {
+        bail!("--gpus names no GPU");
+    }
+    let first = &info.devices[out[0] as usize];
+    for g in &out[1..] {
+        let d = &info.devices[*g as usize];
+        if d.name != first.name {
+            bail!(
+                "--gpus mixes {} and {}: their timings would not compare",
+                first.name,
+                d.name
+            );
+        }
+    }
+    Ok((out, info))
+}
+
+/// A tokio runtime for the commands that drive workers.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

@@ -272,3 +272,68 @@ fn doctor_exit_code_matches_its_verdict() {
         .success()
         .stdout(contains("NVRTC version 13."));
 }
+
+#[test]
+fn gpu_commands_without_a_gpu_exit_3() {
+    if evo_gpu::device::probe().is_ok_and(|d| !d.devices.is_empty()) {
+        println!("skipping: this machine has a GPU");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    evo(tmp.path())
+        .args([
+            "check",
+            "tests/planted/gemm/j_correct.cu",
+            "--problem",
+            "gemm",
+            "--shape",
+            "M=64,N=64,K=64",
+        ])
+        .assert()
+        .code(3)
+        .stderr(contains("needs a GPU"));
+    evo(tmp.path())
+        .args(["selftest"])
+        .assert()
+        .code(3)
+        .stderr(contains("needs a GPU"));
+}
+
+#[test]
+fn check_explains_bad_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    evo(tmp.path())
+        .args([
+            "check",
+            "tests/planted/gemm/j_correct.cu",
+            "--problem",
+            "gemv",
+            "--shape",
+            "M=64",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("unknown problem `gemv`"));
+    evo(tmp.path())
+        .args([
+            "check",
+            "tests/planted/gemm/j_correct.cu",
+            "--problem",
+            "gemm",
+            "--shape",
+            "M=64,N=64,K=60",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("multiple of 8"));
+    evo(tmp.path())
+        .args([
+            "check",
+            "tests/planted/gemm/j_correct.cu",
+            "--problem",
+            "gemm",
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains("no shapes"));
+}

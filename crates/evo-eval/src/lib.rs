@@ -8,8 +8,10 @@
 //! * [`timing`]: percentiles, settling, L2 rotation, device peaks.
 //! * [`worker`]: the GPU process that runs correctness and timing.
 //! * [`pool`]: the async orchestrator side with its watchdog.
+//! * [`pipeline`]: the gates in order for one candidate.
 
 pub mod compare;
+pub mod pipeline;
 pub mod pool;
 pub mod protocol;
 pub mod static_gate;

@@ -89,6 +89,57 @@ pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::
     Ok(())
 }
 
+/// Times `launch` (one call on input set `set`) by the method of [`crate::timing`]:
+/// warm-up, then replays of a CUDA graph of R calls rotating over `sets` input sets,
+/// each replay timed with CUDA events. Returns per-call times in µs and R.
+pub fn measure(
+    gpu: &Gpu,
+    plan: &TimingPlan,
+    sets: usize,
+    launch: impl Fn(&Gpu, usize) -> Result<(), CudaError>,
+) -> Result<(Vec<f64>, usize), CudaError> {
+    let sets = sets.max(1);
+    let warm = Instant::now();
+    let mut warm_launches = 0usize;
+    loop {
+        for set in 0..sets {
+            launch(gpu, set)?;
+        }
+        gpu.synchronize()?;
+        warm_launches += sets;
+        if warm.elapsed().as_secs_f64() * 1e3 >= plan.warmup_ms {
+            break;
+        }
+    }
+    // Host-side estimate (includes launch gaps), only to size the graph.
+    let est_ms = warm.elapsed().as_secs_f64() * 1e3 / warm_launches as f64;
+    let per_graph = ((plan.sample_ms / est_ms.max(1e-4)).ceil() as usize).clamp(sets, 20_000);
+    let per_graph = per_graph.div_ceil(sets) * sets;
+    let graph = gpu.capture(|g| {
+        for r in 0..per_graph {
+            launch(g, r % sets)?;
+        }
+        Ok(())
+    })?;
+    let (start, end) = (gpu.event()?, gpu.event()?);
+    // One untimed replay: the first launch of a graph pays its upload.
+    gpu.launch_graph(&graph)?;
+    gpu.synchronize()?;
+    let mut samples = Vec::new();
+    let begun = Instant::now();
+    loop {
+        gpu.record(&start)?;
+        gpu.launch_graph(&graph)?;
+        gpu.record(&end)?;
+        end.synchronize()?;
+        samples.push(start.elapsed_ms(&end)? as f64 * 1e3 / per_graph as f64);
+        if timing::settled(&samples, plan) || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms {
+            break;
+        }
+    }
+    Ok((samples, per_graph))
+}
+
 struct Worker {
     gpu: Gpu,
     /// Compiled reference kernels by entry name.
@@ -462,50 +513,12 @@ impl Worker {
             calls.push(call);
         }
         let args: Vec<Vec<KernelArg>> = calls.iter().map(|c| c.args(&problem.args(vars))).collect();
-
-        // Warm-up: launch over the sets until warmup_ms has passed.
-        let warm = Instant::now();
-        let mut warm_launches = 0usize;
-        loop {
-            for a in &args {
-                self.launch_all(functions, launches, a)?;
-            }
-            self.gpu.synchronize()?;
-            warm_launches += sets;
-            if warm.elapsed().as_secs_f64() * 1e3 >= plan.warmup_ms {
-                break;
-            }
-        }
-        let est_ms = warm.elapsed().as_secs_f64() * 1e3 / warm_launches as f64;
-        let per_graph = ((plan.sample_ms / est_ms.max(1e-4)).ceil() as usize).clamp(sets, 20_000);
-        let per_graph = per_graph.div_ceil(sets) * sets;
-        let graph = self.gpu.capture(|g| {
-            for r in 0..per_graph {
-                for (f, dims) in functions.iter().zip(launches) {
-                    g.launch(f, dims, &args[r % sets])?;
-                }
+        let (samples, per_graph) = measure(&self.gpu, plan, sets, |g, set| {
+            for (f, dims) in functions.iter().zip(launches) {
+                g.launch(f, dims, &args[set])?;
             }
             Ok(())
         })?;
-        let (start, end) = (self.gpu.event()?, self.gpu.event()?);
-        // One untimed replay: the first launch of a graph pays its upload.
-        self.gpu.launch_graph(&graph)?;
-        self.gpu.synchronize()?;
-        let mut samples = Vec::new();
-        let begun = Instant::now();
-        loop {
-            self.gpu.record(&start)?;
-            self.gpu.launch_graph(&graph)?;
-            self.gpu.record(&end)?;
-            end.synchronize()?;
-            let ms = start.elapsed_ms(&end)? as f64;
-            samples.push(ms * 1e3 / per_graph as f64);
-            if timing::settled(&samples, plan)
-                || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms
-            {
-                break;
-            }
-        }
         let (median, p20, p80) = timing::summary(&samples);
         let tflops = problem.flops(vars) / (median * 1e-6) / 1e12;
         let elem = evo_kernels::harness::ElemType::from_dtype(

@@ -1,8 +1,10 @@
 //! One module per command.
 
+mod check;
 mod compile;
 mod doctor;
 mod render;
+mod selftest;
 mod space;
 
 use std::process::ExitCode;
@@ -46,5 +48,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json: cli.json,
             },
         ),
+        Command::Check(args) => check::run(args, cli.json),
+        Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
+        Command::Worker { gpu } => {
+            let stdin = std::io::stdin().lock();
+            let stdout = std::io::stdout().lock();
+            evo_eval::worker::serve(*gpu as i32, stdin, stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

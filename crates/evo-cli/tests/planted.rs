@@ -1,0 +1,71 @@
+//! The planted-fault kernels (tests/planted/gemm) are well-formed: headers parse into
+//! a launch rule and a known status, and every file compiles with NVRTC, so the GPU run
+//! of the suite tests the gates and not typos. The GPU run itself is
+//! scripts/gpu/evaluator.sh.
+
+use std::path::PathBuf;
+
+use evo_eval::Status;
+use evo_gpu::{CompileRequest, Compiler};
+use evo_kernels::handwritten;
+
+fn planted() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/planted/gemm");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn planted_kernels_have_headers_and_compile() {
+    let files = planted();
+    assert!(files.len() >= 10, "{files:?}");
+    let problem = evo_kernels::problem("gemm").unwrap();
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None).unwrap();
+    let mut expected = Vec::new();
+    for f in &files {
+        let source = std::fs::read_to_string(f).unwrap();
+        let h = handwritten::header(&source);
+        let status = h.expect.as_deref().and_then(Status::parse);
+        assert!(
+            status.is_some(),
+            "{}: evo-expect missing or unknown: {:?}",
+            f.display(),
+            h.expect
+        );
+        expected.push(status.unwrap());
+        assert!(h.why.is_some(), "{}: no evo-why", f.display());
+        handwritten::parse_launch(problem, h.launch.as_deref().unwrap_or(""))
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let out = compiler
+            .compile(&CompileRequest {
+                name: "planted.cu".into(),
+                source,
+            })
+            .unwrap();
+        assert!(out.success, "{}:\n{}", f.display(), out.log);
+        assert!(
+            out.kernel("gemm").is_some(),
+            "{}: no `gemm` kernel",
+            f.display()
+        );
+    }
+    // The suite covers the statuses the evaluator must tell apart.
+    for s in [
+        Status::Evaluated,
+        Status::Incorrect,
+        Status::Crashed,
+        Status::TimedOut,
+        Status::RejectedStatic,
+    ] {
+        assert!(
+            expected.contains(&s),
+            "no planted kernel expects {}",
+            s.name()
+        );
+    }
+}

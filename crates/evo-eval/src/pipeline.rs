@@ -1,0 +1,229 @@
+//! The gates in order for one candidate: compile, static, then correctness and timing
+//! in a worker. The first failure is the verdict.
+
+use std::collections::BTreeMap;
+
+use evo_core::config::{CorrectnessConfig, StaticConfig};
+use evo_core::{LaunchDims, Target, Value, Vars};
+use evo_gpu::nvrtc::NvrtcError;
+use evo_gpu::{CompileRequest, Compiled, Compiler, SassCounts};
+use evo_kernels::harness::Tolerance;
+use evo_kernels::Problem;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::pool::Pool;
+use crate::protocol::{CorrectnessPlan, Cubin, Job, JobResult, ShapeJob, TimingPlan};
+use crate::static_gate::{self, StaticKernel};
+use crate::{Gate, Status};
+
+/// One variant to evaluate: its source and how to launch it on each shape.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub label: String,
+    pub source: String,
+    /// Kernel symbols in launch order.
+    pub kernels: Vec<String>,
+    pub shapes: Vec<CandidateShape>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CandidateShape {
+    /// Complete shape (specialization and run-time variables).
+    pub vars: Vars,
+    /// Launch geometry per kernel, in `Candidate::kernels` order.
+    pub launches: Vec<LaunchDims>,
+    pub timed: bool,
+}
+
+/// Settings of the gates, from a config.
+#[derive(Clone, Debug)]
+pub struct GateSettings {
+    pub target: Target,
+    pub static_rules: StaticConfig,
+    pub correctness: CorrectnessConfig,
+    pub timing: Option<TimingPlan>,
+}
+
+/// Compile facts kept with a verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompileSummary {
+    pub key: String,
+    pub ms: f64,
+    pub cached: bool,
+    pub nvrtc_version: String,
+    pub arch: String,
+}
+
+/// The outcome of every gate a candidate reached.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub label: String,
+    pub status: Status,
+    pub gate: Option<Gate>,
+    pub detail: String,
+    pub compile: Option<CompileSummary>,
+    pub static_kernels: Vec<StaticKernel>,
+    /// Correctness and timing from the worker, when the candidate got that far.
+    pub result: Option<JobResult>,
+    pub seeds: Vec<u64>,
+}
+
+pub struct Evaluator {
+    pub problem: &'static dyn Problem,
+    pub compiler: Compiler,
+    pub pool: Pool,
+    pub gates: GateSettings,
+}
+
+/// Fresh seeds for a candidate: a function of its label and the run's salt, so each
+/// variant sees different inputs and a rerun sees the same ones.
+pub fn seeds(label: &str, salt: u64, count: u32) -> Vec<u64> {
+    (0..count)
+        .map(|i| {
+            let d = Sha256::digest(format!("{salt}:{label}:{i}").as_bytes());
+            u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+        })
+        .collect()
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Evaluator {
+    /// NVRTC (blocking; call it from a blocking thread in async code).
+    pub fn compile(&self, c: &Candidate) -> Result<Compiled, NvrtcError> {
+        self.compiler.compile(&CompileRequest {
+            name: format!("{}.cu", c.label.replace(['/', ' '], "_")),
+            source: c.source.clone(),
+        })
+    }
+
+    /// Error bounds per dtype after config overrides.
+    fn tolerances(&self, c: &Candidate) -> Vec<(String, Tolerance)> {
+        let mut out: BTreeMap<String, Tolerance> = BTreeMap::new();
+        for s in &c.shapes {
+            let dtype = s
+                .vars
+                .get("DTYPE")
+                .and_then(Value::as_str)
+                .unwrap_or("f16")
+                .to_string();
+            let mut t = self.problem.tolerance(&s.vars);
+            if let Some(o) = self.gates.correctness.tolerance.get(&dtype) {
+                t.rtol = o.rtol.unwrap_or(t.rtol);
+                t.atol_of_max = o.atol_of_max.unwrap_or(t.atol_of_max);
+                t.atol_floor = o.atol_floor.unwrap_or(t.atol_floor);
+                t.rel_l2 = o.rel_l2.unwrap_or(t.rel_l2);
+            }
+            out.insert(dtype, t);
+        }
+        out.into_iter().collect()
+    }
+
+    /// Runs the static gate and, if it passes, the worker's gates.
+    pub async fn evaluate(&self, c: Candidate, compiled: Compiled, id: u64, salt: u64) -> Verdict {
+        let seeds = seeds(&c.label, salt, self.gates.correctness.random_trials.max(1));
+        let mut v = Verdict {
+            label: c.label.clone(),
+            status: Status::Evaluated,
+            gate: None,
+            detail: String::new(),
+            compile: Some(CompileSummary {
+                key: compiled.key.clone(),
+                ms: compiled.compile_ms,
+                cached: compiled.cached,
+                nvrtc_version: compiled.nvrtc_version.clone(),
+                arch: compiled.arch.clone(),
+            }),
+            static_kernels: Vec::new(),
+            result: None,
+            seeds: seeds.clone(),
+        };
+        let Some(cubin) = compiled.cubin.clone().filter(|_| compiled.success) else {
+            v.status = Status::CompileFailed;
+            v.gate = Some(Gate::Compile);
+            v.detail = last_lines(&compiled.log, 30);
+            return v;
+        };
+        let sass: Option<BTreeMap<String, SassCounts>> =
+            self.compiler.sass_counts(&cubin).and_then(|r| r.ok());
+        let launches: Vec<Vec<(String, LaunchDims)>> = c
+            .shapes
+            .iter()
+            .map(|s| {
+                c.kernels
+                    .iter()
+                    .cloned()
+                    .zip(s.launches.iter().copied())
+                    .collect()
+            })
+            .collect();
+        match static_gate::check(
+            &self.gates.target,
+            &self.gates.static_rules,
+            &compiled.kernels,
+            sass.as_ref(),
+            &launches,
+        ) {
+            Ok(k) => v.static_kernels = k,
+            Err(why) => {
+                v.status = Status::RejectedStatic;
+                v.gate = Some(Gate::Static);
+                v.detail = why;
+                return v;
+            }
+        }
+        let job = Job {
+            id,
+            problem: self.problem.name().to_string(),
+            label: c.label.clone(),
+            cubin: Cubin(cubin),
+            kernels: c.kernels.clone(),
+            shapes: c
+                .shapes
+                .iter()
+                .map(|s| ShapeJob {
+                    vars: s.vars.clone(),
+                    launches: s.launches.clone(),
+                    timed: s.timed,
+                })
+                .collect(),
+            correctness: CorrectnessPlan {
+                seeds,
+                adversarial: self.gates.correctness.adversarial,
+                repeat_check: self.gates.correctness.repeat_check,
+                guard_bytes: self.gates.correctness.guard_bytes,
+                tolerance: self.tolerances(&c),
+            },
+            timing: self.gates.timing.clone(),
+        };
+        let r = self.pool.evaluate(job).await;
+        v.status = r.status;
+        v.gate = r.gate.or(match r.status {
+            Status::Incorrect => Some(Gate::Correctness),
+            Status::Crashed | Status::TimedOut | Status::LaunchFailed => Some(Gate::Correctness),
+            _ => None,
+        });
+        v.detail = r.detail.clone();
+        v.result = Some(r);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_differ_per_variant_and_repeat_per_run() {
+        let a = seeds("a", 1, 3);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a, seeds("a", 1, 3));
+        assert_ne!(a, seeds("b", 1, 3));
+        assert_ne!(a, seeds("a", 2, 3));
+        assert!(a[0] != a[1] && a[1] != a[2]);
+    }
+}
