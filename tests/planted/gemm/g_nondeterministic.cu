@@ -1,0 +1,56 @@
+// evo-expect: incorrect
+// evo-launch: grid = ceil_div(N, 16), ceil_div(M, 16); block = 16, 16; shared_bytes = 0
+// evo-why: right to 1.5 ulp, but the lowest fp16 bit of each output is flipped by a %globaltimer/%clock bit, so a second launch on the same inputs differs bitwise: determinism check
+//
+// Planted-fault suite: the base kernel of j_correct.cu with ONE fault, marked FAULT below.
+// C[i][j] = sum_l A[i][l] * B[j][l]; A is m x k, B is n x k, both K-contiguous; C is m x n (row stride ldc).
+// One block computes a TILE x TILE tile of C: thread (tx, ty) owns C[row0 + ty][col0 + tx].
+// The K loop steps by TILE; the last step may be partial (k is a multiple of 8, not of TILE), so
+// loads past k (and past m or n) are replaced by zeros.
+#include <cuda_fp16.h>
+typedef __half T;
+
+#define TILE 16
+
+extern "C" __global__ void __launch_bounds__(TILE * TILE)
+gemm(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
+     int m, int n, int k, int lda, int ldb, int ldc)
+{
+    // f32 tiles, padded by one column so that Bs[tx][l] reads hit 16 different banks.
+    __shared__ float As[TILE][TILE + 1];  // As[r][l] = A[row0 + r][k0 + l]
+    __shared__ float Bs[TILE][TILE + 1];  // Bs[r][l] = B[col0 + r][k0 + l]
+
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
+    const int row = row0 + ty;  // row of C (and of A) this thread computes and loads
+    const int col = col0 + tx;  // column of C this thread computes
+    const int brow = col0 + ty; // row of B this thread loads
+
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += TILE) {
+        const int kk = k0 + tx;
+        As[ty][tx] = (row < m && kk < k) ? __half2float(a[(size_t)row * lda + kk]) : 0.0f;
+        Bs[ty][tx] = (brow < n && kk < k) ? __half2float(b[(size_t)brow * ldb + kk]) : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < TILE; ++l)
+            acc += As[ty][l] * Bs[tx][l];
+        __syncthreads();
+    }
+
+    // FAULT (stand-in for a race): each output's lowest fp16 mantissa bit is flipped when a
+    // timing-dependent bit is set: bits of %globaltimer_lo and clock() at the moment of the store, mixed
+    // with the element index. The value stays within 1.5 ulp of the f32 reference (inside fp16 tolerance,
+    // finite, never NaN/Inf), but two launches on the same inputs differ bitwise.
+    // (32-bit timer reads on purpose: with `mov.u64 %globaltimer` / clock64() of which only low bits are
+    // used, NVRTC 13.0 for sm_90a emitted a 64-bit CS2R into an odd register: illegal instruction.)
+    if (row < m && col < n) {
+        unsigned int gt, clk;
+        asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(gt));
+        asm volatile("mov.u32 %0, %%clock;" : "=r"(clk));
+        const unsigned int idx = (unsigned int)row * (unsigned int)ldc + (unsigned int)col;
+        const unsigned int flip = ((gt >> 5) ^ (gt >> 9) ^ (clk >> 5) ^ idx) & 1u;
+        const unsigned short bits = __half_as_ushort(__float2half(acc)) ^ (unsigned short)flip;
+        c[(size_t)row * ldc + col] = __ushort_as_half(bits);
+    }
+}

@@ -1,0 +1,47 @@
+// evo-expect: rejected_static
+// evo-launch: grid = ceil_div(N, 16), ceil_div(M, 16); block = 16, 16; shared_bytes = 307200
+// evo-why: correct kernel whose launch rule asks for 307200 bytes (300 KiB) of dynamic shared memory, over any per-block limit: static check before launch
+//
+// Planted-fault suite: the base kernel of j_correct.cu with ONE fault, marked FAULT below.
+// C[i][j] = sum_l A[i][l] * B[j][l]; A is m x k, B is n x k, both K-contiguous; C is m x n (row stride ldc).
+// One block computes a TILE x TILE tile of C: thread (tx, ty) owns C[row0 + ty][col0 + tx].
+// The K loop steps by TILE; the last step may be partial (k is a multiple of 8, not of TILE), so
+// loads past k (and past m or n) are replaced by zeros.
+#include <cuda_fp16.h>
+typedef __half T;
+
+#define TILE 16
+
+extern "C" __global__ void __launch_bounds__(TILE * TILE)
+gemm(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
+     int m, int n, int k, int lda, int ldb, int ldc)
+{
+    // f32 tiles, padded by one column so that Bs[tx][l] reads hit 16 different banks.
+    // FAULT: the tiles live in dynamic shared memory, and the launch rule asks for 307200 bytes
+    // (300 KiB) of it, more than any GPU allows one block (227 KiB on Hopper); the kernel itself
+    // touches only the first 2 * 16 * 17 * 4 = 2176 bytes and is otherwise correct.
+    extern __shared__ float smem[];
+    float (*As)[TILE + 1] = (float (*)[TILE + 1])smem;                      // As[r][l] = A[row0 + r][k0 + l]
+    float (*Bs)[TILE + 1] = (float (*)[TILE + 1])(smem + TILE * (TILE + 1)); // Bs[r][l] = B[col0 + r][k0 + l]
+
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
+    const int row = row0 + ty;  // row of C (and of A) this thread computes and loads
+    const int col = col0 + tx;  // column of C this thread computes
+    const int brow = col0 + ty; // row of B this thread loads
+
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += TILE) {
+        const int kk = k0 + tx;
+        As[ty][tx] = (row < m && kk < k) ? __half2float(a[(size_t)row * lda + kk]) : 0.0f;
+        Bs[ty][tx] = (brow < n && kk < k) ? __half2float(b[(size_t)brow * ldb + kk]) : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < TILE; ++l)
+            acc += As[ty][l] * Bs[tx][l];
+        __syncthreads();
+    }
+
+    if (row < m && col < n)
+        c[(size_t)row * ldc + col] = __float2half(acc);
+}
