@@ -91,10 +91,7 @@ mod tests {
         assert!(!settled(&[10.0, 10.0, 10.0], &p), "needs min_samples");
         assert!(settled(&[10.0, 10.01, 10.02, 9.99, 10.0], &p));
         assert!(!settled(&[10.0, 12.0, 10.0, 12.0, 11.0], &p));
-        assert!(
-            settled(&[10.0, 20.0].repeat(25), &p),
-            "max_samples stops"
-        );
+        assert!(settled(&[10.0, 20.0].repeat(25), &p), "max_samples stops");
     }
 
     #[test]

@@ -401,14 +401,14 @@ impl Worker {
             let host = problem.generate(vars, *kind, *seed);
             let digests: Vec<[u8; 32]> = host.iter().map(|h| compare::digest(&h.bytes)).collect();
             for ((h, c), r) in host.iter().zip(&cand.inputs).zip(&refb.inputs) {
-                c.upload(&h.bytes)?;
-                r.upload(&h.bytes)?;
+                self.gpu.upload(c, &h.bytes)?;
+                self.gpu.upload(r, &h.bytes)?;
             }
             // Reference.
             let (_, ref_fn) = &self.references[&reference.entry];
             self.gpu.launch(ref_fn, &reference.launch, &ref_args)?;
             self.gpu.synchronize()?;
-            let ref_bytes = ref_out.download()?;
+            let ref_bytes = self.gpu.download(&ref_out)?;
             let ref_values: Vec<f32> = ref_bytes
                 .chunks(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -420,10 +420,10 @@ impl Worker {
                 )));
             }
             // Candidate, on a poisoned output.
-            cand.output.upload(&poison)?;
+            self.gpu.upload(&cand.output, &poison)?;
             self.launch_all(functions, launches, &cand_args)?;
             self.gpu.synchronize()?;
-            let first = cand.output.download()?;
+            let first = self.gpu.download(&cand.output)?;
             let got = HostTensor {
                 elem: out_spec.elem,
                 bytes: compare::output_part(&first, plan.guard_bytes).to_vec(),
@@ -432,7 +432,7 @@ impl Worker {
             let mut failure = compare::check_guards(&first, plan.guard_bytes);
             if failure.is_none() {
                 for (i, buf) in cand.inputs.iter().enumerate() {
-                    if compare::digest(&buf.download()?) != digests[i] {
+                    if compare::digest(&self.gpu.download(buf)?) != digests[i] {
                         failure = Some(CheckFailure::InputModified {
                             input: input_names[i].clone(),
                         });
@@ -444,10 +444,10 @@ impl Worker {
                 failure = compare::verdict(&stats, &tol);
             }
             if failure.is_none() && plan.repeat_check && t == 0 {
-                cand.output.upload(&poison)?;
+                self.gpu.upload(&cand.output, &poison)?;
                 self.launch_all(functions, launches, &cand_args)?;
                 self.gpu.synchronize()?;
-                let second = cand.output.download()?;
+                let second = self.gpu.download(&cand.output)?;
                 if let Some((differing, first_index)) = compare::differences(
                     compare::output_part(&first, plan.guard_bytes),
                     compare::output_part(&second, plan.guard_bytes),
@@ -508,7 +508,7 @@ impl Worker {
         for _ in 0..sets {
             let call = self.alloc_call(problem, vars, 0)?;
             for (h, d) in host.iter().zip(&call.inputs) {
-                d.upload(&h.bytes)?;
+                self.gpu.upload(d, &h.bytes)?;
             }
             calls.push(call);
         }

@@ -204,10 +204,43 @@ impl Gpu {
         })
     }
 
+    /// Copies `data` into `buf` at byte `offset`, ordered on this GPU's stream (before
+    /// any later launch), and waits for it. Copies are never issued on the legacy NULL
+    /// stream: a non-blocking stream does not wait for those, so a kernel could read
+    /// half-uploaded inputs.
+    pub fn upload_at(
+        &self,
+        buf: &DeviceBuffer,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), CudaError> {
+        assert!(
+            offset + data.len() <= buf.bytes,
+            "upload past the end of a device buffer"
+        );
+        unsafe { result::memcpy_htod_async(buf.ptr + offset as u64, data, self.stream) }
+            .map_err(|e| CudaError::new("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    pub fn upload(&self, buf: &DeviceBuffer, data: &[u8]) -> Result<(), CudaError> {
+        self.upload_at(buf, 0, data)
+    }
+
+    /// Copies the whole buffer to the host, after everything queued on the stream.
+    pub fn download(&self, buf: &DeviceBuffer) -> Result<Vec<u8>, CudaError> {
+        let mut out = vec![0u8; buf.bytes];
+        unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr, self.stream) }
+            .map_err(|e| CudaError::new("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()?;
+        Ok(out)
+    }
+
     pub fn memset_u8(&self, buf: &DeviceBuffer, value: u8) -> Result<(), CudaError> {
-        check("cuMemsetD8", unsafe {
-            sys::cuMemsetD8_v2(buf.ptr, value, buf.bytes)
-        })
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(buf.ptr, value, buf.bytes, self.stream)
+        })?;
+        self.synchronize()
     }
 }
 
@@ -233,28 +266,6 @@ impl DeviceBuffer {
 
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Synchronous copy of `data` to the buffer at byte `offset`.
-    pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<(), CudaError> {
-        assert!(
-            offset + data.len() <= self.bytes,
-            "upload past the end of a device buffer"
-        );
-        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
-            .map_err(|e| CudaError::new("cuMemcpyHtoD", e))
-    }
-
-    pub fn upload(&self, data: &[u8]) -> Result<(), CudaError> {
-        self.upload_at(0, data)
-    }
-
-    /// Synchronous copy of the whole buffer to the host.
-    pub fn download(&self) -> Result<Vec<u8>, CudaError> {
-        let mut out = vec![0u8; self.bytes];
-        unsafe { result::memcpy_dtoh_sync(&mut out, self.ptr) }
-            .map_err(|e| CudaError::new("cuMemcpyDtoH", e))?;
-        Ok(out)
     }
 }
 

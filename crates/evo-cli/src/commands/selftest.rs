@@ -138,7 +138,7 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
                     .map(|t| gpu.alloc(t.bytes.len()))
                     .collect::<Result<Vec<_>, _>>()?;
                 for (b, t) in bufs.iter().zip(&inputs) {
-                    b.upload(&t.bytes)?;
+                    gpu.upload(b, &t.bytes)?;
                 }
                 let out = gpu.alloc(p.output(s).len * 4)?;
                 let args: Vec<KernelArg> = r
@@ -154,8 +154,8 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
                     .collect();
                 gpu.launch(&f, &r.launch, &args)?;
                 gpu.synchronize()?;
-                let got: Vec<f64> = out
-                    .download()?
+                let got: Vec<f64> = gpu
+                    .download(&out)?
                     .chunks(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
                     .collect();
