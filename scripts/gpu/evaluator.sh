@@ -45,6 +45,10 @@ for k, v in shapes.items():
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+echo "== profile gate: compute-sanitizer on the planted kernels, ncu on the genome"
+$EVO profile tests/planted/gemm/j_correct.cu --problem gemm --shape M=256,N=256,K=256 --tools memcheck,racecheck 2>&1 | tee "$OUT/profile.txt"
+$EVO profile tests/planted/gemm/a_write_past_end.cu --problem gemm --shape M=256,N=256,K=256 --tools memcheck 2>&1 | tee -a "$OUT/profile.txt"
+$EVO profile -c configs/gemm.toml -g "$G" --tools ncu 2>&1 | tee -a "$OUT/profile.txt"
 echo "== GPU tests"
 .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
   --run-ignored all --no-fail-fast 2>&1 | tee "$OUT/tests.txt" | tail -25

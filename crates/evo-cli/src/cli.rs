@@ -93,6 +93,45 @@ pub enum Command {
         #[arg(long, default_value_t = 0)]
         gpu: u32,
     },
+    /// The profile gate on one kernel: Nsight Compute counters (tensor pipe, DRAM
+    /// throughput, occupancy) and compute-sanitizer checks, each skipped with a reason
+    /// where the tool is missing.
+    Profile {
+        /// A hand-written kernel (with `--problem`), or omit and give -c/-g for a genome.
+        file: Option<PathBuf>,
+        #[arg(long)]
+        problem: Option<String>,
+        /// A family config, with --genome.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        #[arg(short, long)]
+        genome: Option<String>,
+        /// The shape to launch, e.g. M=4096,N=4096,K=4096 (default: the config's first).
+        #[arg(long)]
+        shape: Option<String>,
+        /// Launch rule for a file without an `// evo-launch:` header.
+        #[arg(long)]
+        launch: Option<String>,
+        /// Tools to run: ncu, memcheck, racecheck, initcheck, synccheck.
+        #[arg(long, default_value = "ncu,memcheck,racecheck")]
+        tools: String,
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+    },
+    /// Launch one kernel once on random inputs (what profilers wrap).
+    #[command(hide = true)]
+    RunOnce {
+        #[arg(long)]
+        problem: String,
+        #[arg(long)]
+        source: PathBuf,
+        #[arg(long)]
+        shape: String,
+        #[arg(long)]
+        launch: String,
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+    },
     /// Serve evaluation jobs for one GPU over stdin/stdout (started by evo itself).
     #[command(hide = true)]
     Worker {

@@ -13,6 +13,7 @@
 pub mod compare;
 pub mod pipeline;
 pub mod pool;
+pub mod profile;
 pub mod protocol;
 pub mod static_gate;
 pub mod timing;

@@ -156,17 +156,22 @@ struct CallBuffers {
 
 impl CallBuffers {
     fn args(&self, slots: &[ArgSlot]) -> Vec<KernelArg> {
-        slots
-            .iter()
-            .map(|s| match *s {
-                ArgSlot::Input(i) => KernelArg::Ptr(self.inputs[i].ptr()),
-                ArgSlot::Output => KernelArg::Ptr(self.output.ptr() + self.guard as u64),
-                ArgSlot::I32(v) => KernelArg::I32(v),
-                ArgSlot::I64(v) => KernelArg::I64(v),
-                ArgSlot::F32(v) => KernelArg::F32(v),
-            })
-            .collect()
+        bind_args(slots, &self.inputs, self.output.ptr() + self.guard as u64)
     }
+}
+
+/// A problem's argument list with its tensors bound to device buffers.
+pub fn bind_args(slots: &[ArgSlot], inputs: &[DeviceBuffer], output: u64) -> Vec<KernelArg> {
+    slots
+        .iter()
+        .map(|s| match *s {
+            ArgSlot::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
+            ArgSlot::Output => KernelArg::Ptr(output),
+            ArgSlot::I32(v) => KernelArg::I32(v),
+            ArgSlot::I64(v) => KernelArg::I64(v),
+            ArgSlot::F32(v) => KernelArg::F32(v),
+        })
+        .collect()
 }
 
 fn describe(vars: &Vars) -> String {

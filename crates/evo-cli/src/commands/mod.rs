@@ -3,6 +3,7 @@
 mod check;
 mod compile;
 mod doctor;
+mod profile;
 mod render;
 mod selftest;
 mod space;
@@ -50,6 +51,36 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ),
         Command::Check(args) => check::run(args, cli.json),
         Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
+        Command::Profile {
+            file,
+            problem,
+            config,
+            genome,
+            shape,
+            launch,
+            tools,
+            gpu,
+        } => profile::run(
+            templates,
+            profile::Options {
+                file: file.as_deref(),
+                problem: problem.as_deref(),
+                config: config.as_deref(),
+                genome: genome.as_deref(),
+                shape: shape.as_deref(),
+                launch: launch.as_deref(),
+                tools,
+                gpu: *gpu,
+                json: cli.json,
+            },
+        ),
+        Command::RunOnce {
+            problem,
+            source,
+            shape,
+            launch,
+            gpu,
+        } => profile::run_once(problem, source, shape, launch, *gpu),
         Command::Worker { gpu } => {
             let stdin = std::io::stdin().lock();
             let stdout = std::io::stdout().lock();

@@ -21,7 +21,7 @@ use evo_eval::worker::measure;
 use evo_eval::Status;
 use evo_gpu::runtime::{Gpu, KernelArg};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
-use evo_kernels::harness::{ArgSlot, InputKind};
+use evo_kernels::harness::InputKind;
 use evo_kernels::{handwritten, Problem, VarKind};
 use serde::Serialize;
 
@@ -141,17 +141,7 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
                     gpu.upload(b, &t.bytes)?;
                 }
                 let out = gpu.alloc(p.output(s).len * 4)?;
-                let args: Vec<KernelArg> = r
-                    .args
-                    .iter()
-                    .map(|a| match *a {
-                        ArgSlot::Input(i) => KernelArg::Ptr(bufs[i].ptr()),
-                        ArgSlot::Output => KernelArg::Ptr(out.ptr()),
-                        ArgSlot::I32(v) => KernelArg::I32(v),
-                        ArgSlot::I64(v) => KernelArg::I64(v),
-                        ArgSlot::F32(v) => KernelArg::F32(v),
-                    })
-                    .collect();
+                let args = evo_eval::worker::bind_args(&r.args, &bufs, out.ptr());
                 gpu.launch(&f, &r.launch, &args)?;
                 gpu.synchronize()?;
                 let got: Vec<f64> = gpu

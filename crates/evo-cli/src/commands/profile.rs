@@ -1,0 +1,239 @@
+//! `evo profile` (the optional profile gate) and `evo run-once`, the single launch the
+//! profilers wrap.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use evo_core::config::SearchConfig;
+use evo_core::{Genome, Target, Vars};
+use evo_eval::profile::{self, ToolReport};
+use evo_gpu::runtime::Gpu;
+use evo_gpu::{CompileCache, CompileRequest, Compiler};
+use evo_kernels::harness::InputKind;
+use evo_kernels::{handwritten, Family, Specializations};
+use serde::Serialize;
+
+use crate::output::{print_json, table};
+use crate::setup;
+
+pub struct Options<'a> {
+    pub file: Option<&'a Path>,
+    pub problem: Option<&'a str>,
+    pub config: Option<&'a Path>,
+    pub genome: Option<&'a str>,
+    pub shape: Option<&'a str>,
+    pub launch: Option<&'a str>,
+    pub tools: &'a str,
+    pub gpu: u32,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    kernel: String,
+    shape: String,
+    launch: String,
+    tools: Vec<(String, ToolReport)>,
+}
+
+fn complete(problem: &dyn evo_kernels::Problem, text: &str) -> Result<Vars> {
+    let g = Genome::parse(text).context("--shape")?;
+    problem
+        .complete_shape(g.as_vars())
+        .map_err(|e| anyhow!("--shape: {e}"))
+}
+
+pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
+    setup::gpus(&o.gpu.to_string())?;
+    // What to launch: a source file, a problem, a shape and a launch rule.
+    let (problem, source_path, shape, launch): (
+        &'static dyn evo_kernels::Problem,
+        std::path::PathBuf,
+        Vars,
+        String,
+    ) = match (o.file, o.config, o.genome) {
+        (Some(file), None, None) => {
+            let name = o
+                .problem
+                .ok_or_else(|| anyhow!("--problem is required with a file"))?;
+            let problem =
+                evo_kernels::problem(name).ok_or_else(|| anyhow!("unknown problem `{name}`"))?;
+            let source = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let launch = o
+                .launch
+                .map(str::to_string)
+                .or(handwritten::header(&source).launch)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: no launch rule (`// evo-launch:` or --launch)",
+                        file.display()
+                    )
+                })?;
+            let shape = complete(
+                problem,
+                o.shape
+                    .ok_or_else(|| anyhow!("--shape is required with a file"))?,
+            )?;
+            (problem, file.to_path_buf(), shape, launch)
+        }
+        (None, Some(cfg), Some(genome)) => {
+            let config = SearchConfig::load(cfg)?;
+            let root = setup::templates_root(templates, &config)?;
+            let family = Family::load(&root, &config.problem, &config.family)?;
+            let problem = family.problem;
+            let shape = match o.shape {
+                Some(s) => complete(problem, s)?,
+                None => problem
+                    .complete_shape(&config.shapes[0])
+                    .map_err(|e| anyhow!(e))?,
+            };
+            let (_, info) = setup::gpus(&o.gpu.to_string())?;
+            let d = &info.devices[o.gpu as usize];
+            let target = Target::from_arch(&Target::arch_for_capability(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ))?;
+            let specs = Specializations::new(problem, target, std::slice::from_ref(&shape))
+                .map_err(|e| anyhow!(e))?;
+            let space = family.space(specs.contexts())?;
+            let g = Genome::parse(genome).context("--genome")?;
+            space.check_genome(&g)?;
+            let source = family.render(&space, &g, 0)?;
+            let vars = space.vars(&g, 0)?;
+            let dims = family.launch_dims(&vars, &shape)?;
+            if dims.len() != 1 {
+                bail!(
+                    "evo profile handles single-kernel variants; this one has {}",
+                    dims.len()
+                );
+            }
+            let d = dims[0].1;
+            let launch = format!(
+                "grid = {}, {}, {}; block = {}, {}, {}; shared_bytes = {}",
+                d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes
+            );
+            let path = std::env::temp_dir().join(format!("evo-profile-{}.cu", g.hash()));
+            std::fs::write(&path, source)?;
+            (problem, path, shape, launch)
+        }
+        _ => bail!("give a kernel file with --problem, or -c CONFIG with -g GENOME"),
+    };
+    let shape_text = Genome::from_vars(shape.clone()).canonical();
+    let exe = std::env::current_exe()?;
+    let command: Vec<String> = vec![
+        exe.display().to_string(),
+        "run-once".into(),
+        "--problem".into(),
+        problem.name().into(),
+        "--source".into(),
+        source_path.display().to_string(),
+        "--shape".into(),
+        shape_text.clone(),
+        "--launch".into(),
+        launch.clone(),
+        "--gpu".into(),
+        o.gpu.to_string(),
+    ];
+    let kernel = problem.entry();
+    let mut tools = Vec::new();
+    for tool in o.tools.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let report = match tool {
+            "ncu" => profile::ncu(&command, kernel),
+            "memcheck" | "racecheck" | "initcheck" | "synccheck" => {
+                profile::sanitizer(tool, &command)
+            }
+            other => {
+                bail!("unknown tool `{other}` (ncu, memcheck, racecheck, initcheck, synccheck)")
+            }
+        };
+        tools.push((tool.to_string(), report));
+    }
+    let report = Report {
+        kernel: source_path.display().to_string(),
+        shape: shape_text,
+        launch,
+        tools,
+    };
+    if o.json {
+        print_json(&report)?;
+    } else {
+        println!("{} on {} ({})", report.kernel, report.shape, report.launch);
+        let mut t = table(&["tool", "result"]);
+        for (tool, r) in &report.tools {
+            let text = match r {
+                ToolReport::Metrics { metrics } => metrics
+                    .iter()
+                    .map(|(k, (v, u))| format!("{k} = {v} {u}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                ToolReport::Sanitizer { errors, summary } => {
+                    format!("{errors} errors\n{}", summary.join("\n"))
+                }
+                ToolReport::Skipped { reason } => format!("skipped: {reason}"),
+                ToolReport::Failed { reason } => format!("FAILED: {reason}"),
+            };
+            t.add_row(vec![tool.clone(), text]);
+        }
+        println!("{t}");
+    }
+    let clean = report.tools.iter().all(|(_, r)| match r {
+        ToolReport::Sanitizer { errors, .. } => *errors == 0,
+        ToolReport::Failed { .. } => false,
+        _ => true,
+    });
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Compiles `source` for the GPU, launches it once on random inputs, and exits.
+pub fn run_once(
+    problem: &str,
+    source: &Path,
+    shape: &str,
+    launch: &str,
+    gpu: u32,
+) -> Result<ExitCode> {
+    let problem =
+        evo_kernels::problem(problem).ok_or_else(|| anyhow!("unknown problem `{problem}`"))?;
+    let shape = complete(problem, shape)?;
+    let rule = handwritten::parse_launch(problem, launch).map_err(|e| anyhow!("--launch: {e}"))?;
+    let dims = rule.eval(&shape)?;
+    let g = Gpu::open(gpu as i32)?;
+    let (major, minor) = g.info.compute_capability;
+    let compiler = Compiler::new(
+        &Target::arch_for_capability(major, minor),
+        &["-std=c++17".to_string(), "-lineinfo".to_string()],
+        0,
+        Some(CompileCache::new(CompileCache::default_dir())),
+    )?;
+    let compiled = compiler.compile(&CompileRequest {
+        name: source.display().to_string(),
+        source: std::fs::read_to_string(source)?,
+    })?;
+    let cubin = compiled
+        .cubin
+        .filter(|_| compiled.success)
+        .ok_or_else(|| anyhow!("compile failed:\n{}", compiled.log))?;
+    let module = g.load_module(&cubin)?;
+    let f = module.function(&rule.kernel)?;
+    f.set_max_dynamic_smem(dims.shared_bytes)?;
+    let inputs = problem.generate(&shape, InputKind::Random, 1);
+    let bufs = inputs
+        .iter()
+        .map(|t| g.alloc(t.bytes.len()))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (b, t) in bufs.iter().zip(&inputs) {
+        g.upload(b, &t.bytes)?;
+    }
+    let out_spec = problem.output(&shape);
+    let out = g.alloc(out_spec.len * out_spec.elem.size())?;
+    let args = evo_eval::worker::bind_args(&problem.args(&shape), &bufs, out.ptr());
+    g.launch(&f, &dims, &args)?;
+    g.synchronize()?;
+    Ok(ExitCode::SUCCESS)
+}

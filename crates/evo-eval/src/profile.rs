@@ -1,0 +1,226 @@
+//! The profile gate (optional, for elites): Nsight Compute counters and
+//! compute-sanitizer checks of one kernel launch, run on a separate `evo run-once`
+//! process. Each tool is skipped with a reason where it is not installed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+/// Counters read with `ncu`: tensor pipe, DRAM throughput, occupancy, duration.
+pub const NCU_METRICS: &[&str] = &[
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "gpu__time_duration.sum",
+];
+/// Hopper's wgmma pipe, asked for separately: older ncu versions may not know it.
+pub const NCU_HOPPER_METRICS: &[&str] =
+    &["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"];
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ToolReport {
+    /// Metric name → (value, unit).
+    Metrics {
+        metrics: BTreeMap<String, (String, String)>,
+    },
+    /// compute-sanitizer's error count and its summary lines.
+    Sanitizer {
+        errors: u64,
+        summary: Vec<String>,
+    },
+    Skipped {
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+/// Finds a CUDA tool on PATH or in the CUDA installation.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    evo_gpu::locate::which(name).or_else(|| {
+        ["/usr/local/cuda/bin", "/opt/nvidia/nsight-compute"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Splits one CSV line with double-quoted fields.
+pub fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
+
+/// Metric rows of `ncu --csv` output for kernels named `kernel`.
+pub fn parse_ncu_csv(text: &str, kernel: &str) -> BTreeMap<String, (String, String)> {
+    let mut header: Option<Vec<String>> = None;
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with('"')) {
+        let f = csv_fields(line);
+        match &header {
+            None => header = Some(f),
+            Some(h) => {
+                let col = |name: &str| h.iter().position(|x| x == name).and_then(|i| f.get(i));
+                let (Some(k), Some(name), Some(unit), Some(value)) = (
+                    col("Kernel Name"),
+                    col("Metric Name"),
+                    col("Metric Unit"),
+                    col("Metric Value"),
+                ) else {
+                    continue;
+                };
+                if k == kernel {
+                    out.insert(name.clone(), (value.clone(), unit.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `ncu` on `command` (which launches the kernel once) for kernels named `kernel`.
+pub fn ncu(command: &[String], kernel: &str) -> ToolReport {
+    let Some(tool) = find_tool("ncu") else {
+        return ToolReport::Skipped {
+            reason: "ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin".into(),
+        };
+    };
+    let run = |metrics: &[&str]| {
+        Command::new(&tool)
+            .args([
+                "--csv",
+                "--target-processes",
+                "all",
+                "--kernel-name",
+                kernel,
+                "--launch-count",
+                "1",
+                "--metrics",
+            ])
+            .arg(metrics.join(","))
+            .args(command)
+            .output()
+    };
+    let all: Vec<&str> = NCU_METRICS
+        .iter()
+        .chain(NCU_HOPPER_METRICS)
+        .copied()
+        .collect();
+    let mut out = run(&all);
+    if out.as_ref().map(|o| !o.status.success()).unwrap_or(false) {
+        out = run(NCU_METRICS);
+    }
+    match out {
+        Err(e) => ToolReport::Failed {
+            reason: format!("cannot run ncu: {e}"),
+        },
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let metrics = parse_ncu_csv(&text, kernel);
+            if metrics.is_empty() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                ToolReport::Failed {
+                    reason: format!(
+                        "ncu reported no metrics ({}): {}",
+                        o.status,
+                        err.lines()
+                            .chain(text.lines())
+                            .filter(|l| l.contains("ERR") || l.contains("rror"))
+                            .take(5)
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    ),
+                }
+            } else {
+                ToolReport::Metrics { metrics }
+            }
+        }
+    }
+}
+
+/// Runs `compute-sanitizer --tool <tool>` (memcheck, racecheck, initcheck, synccheck).
+pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
+    let Some(bin) = find_tool("compute-sanitizer") else {
+        return ToolReport::Skipped {
+            reason: "compute-sanitizer not found on PATH or in /usr/local/cuda/bin".into(),
+        };
+    };
+    match Command::new(&bin)
+        .args(["--tool", tool, "--error-exitcode", "99"])
+        .args(command)
+        .output()
+    {
+        Err(e) => ToolReport::Failed {
+            reason: format!("cannot run compute-sanitizer: {e}"),
+        },
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout).to_string()
+                + &String::from_utf8_lossy(&o.stderr);
+            let errors = text
+                .lines()
+                .find_map(|l| l.split("ERROR SUMMARY:").nth(1))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse().ok());
+            match errors {
+                Some(errors) => ToolReport::Sanitizer {
+                    errors,
+                    summary: text
+                        .lines()
+                        .filter(|l| l.contains("=========") && !l.trim_end().ends_with("========="))
+                        .take(12)
+                        .map(str::to_string)
+                        .collect(),
+                },
+                None => ToolReport::Failed {
+                    reason: format!(
+                        "no ERROR SUMMARY from compute-sanitizer ({}): {}",
+                        o.status,
+                        text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                    ),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ncu_csv() {
+        let text = r#"==PROF== Connected to process 12
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","12","evo","h","gemm","1","13","(256, 1, 1)","(8, 8, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","41.52"
+"0","12","evo","h","gemm","1","13","(256, 1, 1)","(8, 8, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","27.1"
+"1","12","evo","h","gemm_reference_f16","1","13","(16, 16, 1)","(8, 8, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","99"
+"#;
+        let m = parse_ncu_csv(text, "gemm");
+        assert_eq!(
+            m["dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+            ("41.52".into(), "%".into())
+        );
+        // Only the named kernel's rows, not the reference's.
+        assert_eq!(m["gpu__time_duration.sum"].0, "27.1");
+        assert_eq!(csv_fields(r#""a,b","c""d",e"#), vec!["a,b", "c\"d", "e"]);
+    }
+}
