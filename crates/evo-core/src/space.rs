@@ -428,6 +428,44 @@ impl Space {
         }
     }
 
+    /// A small set of valid genomes that together use every value of every knob that
+    /// any valid genome uses, chosen greedily in enumeration order (deterministic).
+    /// Values no valid genome takes are returned as the second element.
+    pub fn covering_set(&self) -> (Vec<Genome>, Vec<(String, Value)>) {
+        let mut missing: BTreeSet<(String, Value)> = self
+            .knobs
+            .iter()
+            .flat_map(|k| k.values.iter().map(move |v| (k.name.clone(), v.clone())))
+            .collect();
+        let valid: Vec<Genome> = self.iter_valid().collect();
+        let covers = |g: &Genome, missing: &BTreeSet<(String, Value)>| {
+            g.iter()
+                .filter(|(k, v)| missing.contains(&((*k).clone(), (*v).clone())))
+                .count()
+        };
+        let mut out = Vec::new();
+        loop {
+            // The first genome (in enumeration order) covering the most missing values.
+            let best = valid.iter().fold(None::<(&Genome, usize)>, |best, g| {
+                let c = covers(g, &missing);
+                match best {
+                    Some((_, b)) if b >= c => best,
+                    _ => Some((g, c)),
+                }
+            });
+            match best {
+                Some((g, c)) if c > 0 => {
+                    for (k, v) in g.iter() {
+                        missing.remove(&(k.clone(), v.clone()));
+                    }
+                    out.push(g.clone());
+                }
+                _ => break,
+            }
+        }
+        (out, missing.into_iter().collect())
+    }
+
     /// A valid genome drawn uniformly at random, or `None` if the space has none.
     pub fn sample(&self, rng: &mut impl Rng) -> Option<Genome> {
         let raw = self.raw_size();
@@ -737,6 +775,26 @@ mod tests {
         assert!(matches!(mixed, Err(SpaceError::MixedKinds(..))));
         let dup = Space::new(vec![ints("A", &[1, 1])], vec![], vec![], vec![]);
         assert!(matches!(dup, Err(SpaceError::DuplicateValue(..))));
+    }
+
+    #[test]
+    fn covering_set_uses_every_value() {
+        let s = space();
+        let (cover, unused) = s.covering_set();
+        assert!(unused.is_empty(), "{unused:?}");
+        assert!(cover.iter().all(|g| s.is_valid(g)));
+        for k in s.knobs() {
+            for v in &k.values {
+                assert!(
+                    cover.iter().any(|g| g.get(&k.name) == Some(v)),
+                    "{} = {v} not covered",
+                    k.name
+                );
+            }
+        }
+        // At least 4 (BLOCK_M has 4 values); greedy may take a few more, far fewer than all.
+        assert!((4..=6).contains(&cover.len()), "cover of {}", cover.len());
+        assert_eq!(cover, s.covering_set().0, "deterministic");
     }
 
     #[test]

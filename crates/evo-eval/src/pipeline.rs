@@ -213,6 +213,56 @@ impl Evaluator {
     }
 }
 
+/// The candidates of one genome of a family: one per specialization, each with the
+/// configured shapes of that specialization (timed) and its edge shapes (checked only).
+pub fn family_candidates(
+    family: &evo_kernels::Family,
+    space: &evo_core::Space,
+    specs: &evo_kernels::Specializations,
+    genome: &evo_core::Genome,
+    edge_shapes: &[Vars],
+) -> Result<Vec<Candidate>, String> {
+    let mut out = Vec::new();
+    for (spec_index, spec) in specs.specs.iter().enumerate() {
+        let source = family
+            .render(space, genome, spec_index)
+            .map_err(|e| e.to_string())?;
+        let vars = space.vars(genome, spec_index).map_err(|e| e.to_string())?;
+        let in_spec = |shape: &Vars| spec.iter().all(|(k, v)| shape.get(k) == Some(v));
+        let configured = specs
+            .shapes
+            .iter()
+            .filter(|(s, _)| *s == spec_index)
+            .map(|(_, v)| (v, true));
+        let edges = edge_shapes
+            .iter()
+            .filter(|v| in_spec(v))
+            .map(|v| (v, false));
+        let mut shapes = Vec::new();
+        for (shape, timed) in configured.chain(edges) {
+            let dims = family
+                .launch_dims(&vars, shape)
+                .map_err(|e| e.to_string())?;
+            shapes.push(CandidateShape {
+                vars: shape.clone(),
+                launches: dims.into_iter().map(|(_, d)| d).collect(),
+                timed,
+            });
+        }
+        out.push(Candidate {
+            label: format!(
+                "{}@{}",
+                genome.canonical(),
+                evo_core::Genome::from_vars(spec.clone()).canonical()
+            ),
+            source,
+            kernels: family.launches.iter().map(|l| l.kernel.clone()).collect(),
+            shapes,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

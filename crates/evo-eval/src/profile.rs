@@ -175,11 +175,7 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
         Ok(o) => {
             let text = String::from_utf8_lossy(&o.stdout).to_string()
                 + &String::from_utf8_lossy(&o.stderr);
-            let errors = text
-                .lines()
-                .find_map(|l| l.split("ERROR SUMMARY:").nth(1))
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|n| n.parse().ok());
+            let errors = sanitizer_errors(&text);
             match errors {
                 Some(errors) => ToolReport::Sanitizer {
                     errors,
@@ -202,8 +198,37 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
     }
 }
 
+/// The error count in compute-sanitizer's output: `ERROR SUMMARY: N errors` (memcheck,
+/// initcheck, synccheck) or `RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)`.
+pub fn sanitizer_errors(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        if let Some(rest) = l.split("ERROR SUMMARY:").nth(1) {
+            return rest.split_whitespace().next()?.parse().ok();
+        }
+        let rest = l.split("RACECHECK SUMMARY:").nth(1)?;
+        let inner = rest.split('(').nth(1)?;
+        inner.split_whitespace().next()?.parse().ok()
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sanitizer_summaries() {
+        use super::sanitizer_errors;
+        assert_eq!(
+            sanitizer_errors("========= ERROR SUMMARY: 7 errors"),
+            Some(7)
+        );
+        assert_eq!(
+            sanitizer_errors(
+                "========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warnings)"
+            ),
+            Some(2)
+        );
+        assert_eq!(sanitizer_errors("========= COMPUTE-SANITIZER"), None);
+    }
+
     use super::*;
 
     #[test]

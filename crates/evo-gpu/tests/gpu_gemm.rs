@@ -3,7 +3,6 @@
 //! correctly on ragged shapes, write every output element and nothing past it.
 //! Skips (with the reason printed) where there is no GPU.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,37 +29,6 @@ fn gpu() -> Option<(Arc<CudaContext>, String)> {
             None
         }
     }
-}
-
-/// Genomes that together use every value of every knob, chosen greedily.
-fn covering(space: &evo_core::Space) -> Vec<Genome> {
-    let mut missing: BTreeSet<(String, Value)> = space
-        .knobs()
-        .iter()
-        .flat_map(|k| k.values.iter().map(move |v| (k.name.clone(), v.clone())))
-        .collect();
-    let valid: Vec<Genome> = space.iter_valid().collect();
-    let mut out = Vec::new();
-    while !missing.is_empty() {
-        let best = valid
-            .iter()
-            .max_by_key(|g| {
-                g.iter()
-                    .filter(|(k, v)| missing.contains(&((*k).clone(), (*v).clone())))
-                    .count()
-            })
-            .unwrap();
-        let before = missing.len();
-        for (k, v) in best.iter() {
-            missing.remove(&(k.clone(), v.clone()));
-        }
-        assert!(
-            missing.len() < before,
-            "values no valid genome uses: {missing:?}"
-        );
-        out.push(best.clone());
-    }
-    out
 }
 
 const GUARD: usize = 4096;
@@ -105,7 +73,7 @@ fn gemm_family_is_correct_on_the_gpu() {
         )
         .unwrap();
         let space = family.space(specs.contexts()).unwrap();
-        for genome in covering(&space) {
+        for genome in space.covering_set().0 {
             let source = family.render(&space, &genome, 0).unwrap();
             let compiled = compiler
                 .compile(&CompileRequest {

@@ -219,7 +219,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
     if json {
         print_json(&verdicts)?;
     } else {
-        print_human(&verdicts, device);
+        print_human(problem, &verdicts, device);
     }
     let ok = verdicts.iter().all(|v| match v.matched {
         Some(m) => m,
@@ -232,15 +232,21 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
     })
 }
 
-fn shape_text(v: &Vars) -> String {
-    v.iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "DTYPE" | "CAUSAL" | "HEAD_DIM"))
-        .map(|(_, v)| v.to_string())
+/// The run-time variables of a shape in the problem's order, e.g. `M=77 N=130 K=264`.
+pub fn shape_text(problem: &dyn evo_kernels::Problem, v: &Vars) -> String {
+    problem
+        .shape_vars()
+        .iter()
+        .filter_map(|d| v.get(d.name).map(|x| format!("{}={x}", d.name)))
         .collect::<Vec<_>>()
-        .join("x")
+        .join(" ")
 }
 
-fn print_human(verdicts: &[FileVerdict], device: &evo_gpu::device::DeviceInfo) {
+fn print_human(
+    problem: &dyn evo_kernels::Problem,
+    verdicts: &[FileVerdict],
+    device: &evo_gpu::device::DeviceInfo,
+) {
     println!(
         "device: {} (sm_{}{})",
         device.name, device.compute_capability.0, device.compute_capability.1
@@ -318,7 +324,7 @@ fn print_human(verdicts: &[FileVerdict], device: &evo_gpu::device::DeviceInfo) {
                         None => ("-".into(), "-".into(), "-".into(), "-".into()),
                     };
                     t.add_row(vec![
-                        shape_text(&s.vars),
+                        shape_text(problem, &s.vars),
                         format!("{:.2e}", w.max_abs),
                         format!("{:.2e}", w.rel_l2),
                         m,
