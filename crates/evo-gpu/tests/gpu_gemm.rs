@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
-use evo_core::{Genome, Target, Value, Vars};
+use evo_core::{Target, Value, Vars};
 use evo_gpu::{device, CompileRequest, Compiler};
 use evo_kernels::{problem, Family, Specializations};
 use half::{bf16, f16};
