@@ -83,6 +83,28 @@ pub enum Command {
         #[arg(long)]
         sass: bool,
     },
+    /// Run every gate on genomes of a config's family (no search): errors and times per
+    /// shape, on a GPU.
+    Eval {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Genomes (repeatable) as NAME=value,...
+        #[arg(short, long)]
+        genome: Vec<String>,
+        /// This many random valid genomes.
+        #[arg(long)]
+        random: Option<usize>,
+        /// A few genomes that together use every value of every knob.
+        #[arg(long)]
+        cover: bool,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Correctness only.
+        #[arg(long)]
+        no_timing: bool,
+        #[command(flatten)]
+        gpus: GpuArgs,
+    },
     /// Run every gate on hand-written kernels and print a verdict per gate. Files may
     /// carry `// evo-launch:` and `// evo-expect:` headers; with expectations, the exit
     /// code says whether every verdict matched.

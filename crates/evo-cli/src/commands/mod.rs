@@ -1,8 +1,9 @@
 //! One module per command.
 
-mod check;
+pub mod check;
 mod compile;
 mod doctor;
+mod eval;
 mod profile;
 mod render;
 mod selftest;
@@ -50,6 +51,27 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
         ),
         Command::Check(args) => check::run(args, cli.json),
+        Command::Eval {
+            target,
+            genome,
+            random,
+            cover,
+            seed,
+            no_timing,
+            gpus,
+        } => eval::run(
+            templates,
+            eval::Options {
+                target,
+                genomes: genome,
+                random: *random,
+                cover: *cover,
+                seed: *seed,
+                no_timing: *no_timing,
+                gpus: &gpus.gpus,
+                json: cli.json,
+            },
+        ),
         Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
         Command::Profile {
             file,
