@@ -69,3 +69,32 @@ fn planted_kernels_have_headers_and_compile() {
         );
     }
 }
+
+#[test]
+fn every_problem_reference_compiles() {
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None).unwrap();
+    for p in evo_kernels::problems() {
+        for dtype in ["f16", "bf16"] {
+            // Any complete shape of the problem with this dtype.
+            let mut shape: evo_core::Vars = p
+                .shape_vars()
+                .iter()
+                .map(|v| (v.name.to_string(), evo_core::Value::Int(64)))
+                .collect();
+            for v in p.spec_vars() {
+                shape.insert(v.name.to_string(), v.probe_value());
+            }
+            shape.insert("DTYPE".into(), dtype.into());
+            let r = p.reference(&shape).unwrap_or_else(|| panic!("{} has no reference", p.name()));
+            let out = compiler
+                .compile(&CompileRequest {
+                    name: "reference.cu".into(),
+                    source: r.source.into(),
+                })
+                .unwrap();
+            assert!(out.success, "{}:\n{}", p.name(), out.log);
+            assert!(out.kernel(&r.entry).is_some(), "{}: no kernel {}", p.name(), r.entry);
+            assert_eq!(r.args.len(), p.args(&shape).len() + if p.name() == "sdpa_fwd" { 2 } else { 0 });
+        }
+    }
+}

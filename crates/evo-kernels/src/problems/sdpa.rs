@@ -4,8 +4,8 @@ use evo_core::{Value, Vars};
 
 use super::{half_precision_tolerance, DTYPES};
 use crate::harness::{
-    dtype, int, normal, one_hot_rows, rng, ArgSlot, HostTensor, InputKind, ReferenceKernel,
-    TensorSpec, Tolerance,
+    dtype, int, normal, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind,
+    ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -193,8 +193,29 @@ impl Problem for Sdpa {
             .collect()
     }
 
-    fn reference(&self, _s: &Vars) -> Option<ReferenceKernel> {
-        None
+    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
+        let d = Dims::of(s);
+        let suffix = if dtype(s) == ElemType::Bf16 {
+            "bf16"
+        } else {
+            "f16"
+        };
+        let mut args = self.args(s);
+        args.push(ArgSlot::I32(d.head_dim as i32));
+        args.push(ArgSlot::I32(d.causal as i32));
+        // One block of 128 threads per query row (the kernel loops if there are more
+        // rows than blocks).
+        let rows = (d.batch * d.heads * d.seq_q).min(i32::MAX as usize) as u32;
+        Some(ReferenceKernel {
+            source: include_str!("sdpa_reference.cu"),
+            entry: format!("sdpa_reference_{suffix}"),
+            args,
+            launch: evo_core::LaunchDims {
+                grid: [rows, 1, 1],
+                block: [128, 1, 1],
+                shared_bytes: 0,
+            },
+        })
     }
 
     fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
