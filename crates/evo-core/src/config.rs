@@ -208,6 +208,60 @@ impl Default for TimeoutConfig {
     }
 }
 
+/// `[search]`: the strategy and its parameters, the baseline, the stopping rules.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchSection {
+    /// "evolution", "random" or "exhaustive".
+    pub strategy: String,
+    /// Genomes proposed per generation.
+    pub population: usize,
+    /// Top-K elites that parent the next generation.
+    pub elites: usize,
+    /// Share of each generation bred by crossover (the rest of the non-random share mutates).
+    pub crossover: f64,
+    /// Share of each generation that is uniformly random (exploration).
+    pub exploration: f64,
+    /// Knobs a mutation moves at most.
+    pub max_knob_moves: usize,
+    /// How strongly per-knob statistics of elites bias mutation (0: uniform).
+    pub insight_weight: f64,
+    /// RNG seed; the same seed and the same results give the same genomes.
+    pub seed: u64,
+    /// Genomes evaluated in generation 0 (canonical `K=V,...`).
+    pub seeds: Vec<String>,
+    /// The fitness baseline: `genome:K=V,...` (a genome of the family, evaluated first;
+    /// default: the first seed genome) or `import` (timings loaded with
+    /// `evo baseline import`).
+    pub baseline: Option<String>,
+    /// Stop after this many generations without a better best fitness (0: never).
+    pub patience: u32,
+    /// A candidate more than this much slower than the baseline (0.10 = 10%) ...
+    pub regression_tolerance: f64,
+    /// ... on at least this many shapes is `regressed`.
+    pub regression_shapes: usize,
+}
+
+impl Default for SearchSection {
+    fn default() -> Self {
+        SearchSection {
+            strategy: "evolution".into(),
+            population: 16,
+            elites: 8,
+            crossover: 0.3,
+            exploration: 0.2,
+            max_knob_moves: 2,
+            insight_weight: 0.5,
+            seed: 0,
+            seeds: Vec::new(),
+            baseline: None,
+            patience: 0,
+            regression_tolerance: 0.10,
+            regression_shapes: 2,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -228,6 +282,8 @@ struct RawConfig {
     static_rules: StaticConfig,
     #[serde(default)]
     timeouts: TimeoutConfig,
+    #[serde(default)]
+    search: SearchSection,
 }
 
 /// A loaded configuration; shapes already carry the `[spec]` values they inherit.
@@ -244,6 +300,9 @@ pub struct SearchConfig {
     pub timing: TimingConfig,
     pub static_rules: StaticConfig,
     pub timeouts: TimeoutConfig,
+    pub search: SearchSection,
+    /// The file's text, kept with a run so it can be resumed and inspected.
+    pub text: String,
 }
 
 fn table_to_vars(path: &Path, what: &str, table: &toml::Table) -> Result<Vars, ConfigError> {
@@ -307,6 +366,8 @@ impl SearchConfig {
             timing: raw.timing,
             static_rules: raw.static_rules,
             timeouts: raw.timeouts,
+            search: raw.search,
+            text: text.to_string(),
         })
     }
 }
