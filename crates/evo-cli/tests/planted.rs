@@ -85,7 +85,9 @@ fn every_problem_reference_compiles() {
                 shape.insert(v.name.to_string(), v.probe_value());
             }
             shape.insert("DTYPE".into(), dtype.into());
-            let r = p.reference(&shape).unwrap_or_else(|| panic!("{} has no reference", p.name()));
+            let r = p
+                .reference(&shape)
+                .unwrap_or_else(|| panic!("{} has no reference", p.name()));
             let out = compiler
                 .compile(&CompileRequest {
                     name: "reference.cu".into(),
@@ -93,8 +95,16 @@ fn every_problem_reference_compiles() {
                 })
                 .unwrap();
             assert!(out.success, "{}:\n{}", p.name(), out.log);
-            assert!(out.kernel(&r.entry).is_some(), "{}: no kernel {}", p.name(), r.entry);
-            assert_eq!(r.args.len(), p.args(&shape).len() + if p.name() == "sdpa_fwd" { 2 } else { 0 });
+            assert!(
+                out.kernel(&r.entry).is_some(),
+                "{}: no kernel {}",
+                p.name(),
+                r.entry
+            );
+            assert_eq!(
+                r.args.len(),
+                p.args(&shape).len() + if p.name() == "sdpa_fwd" { 2 } else { 0 }
+            );
         }
     }
 }

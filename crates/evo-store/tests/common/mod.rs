@@ -1,0 +1,93 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use evo_core::{Genome, Value, Vars};
+use evo_store::{CandidateResult, NewCandidate, NewMeasurement, NewRun, Origin, Store};
+
+/// A fresh directory and the database path inside it (not created yet).
+pub fn temp_db() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("population.db");
+    (dir, path)
+}
+
+pub async fn open(path: &Path) -> Store {
+    Store::open(path.to_str().unwrap()).await.expect("open")
+}
+
+pub fn new_run(name: &str) -> NewRun {
+    NewRun {
+        name: name.into(),
+        config_toml: "problem = \"gemm\"\nfamily = \"gemm_mma\"\n".into(),
+        problem: "gemm".into(),
+        family: "gemm_mma".into(),
+        seed: 42,
+        strategy: "evolution".into(),
+        evaluator: "gpu".into(),
+        device: Some("NVIDIA H100 80GB HBM3".into()),
+        driver: Some("580.65".into()),
+        nvrtc_version: Some("13.0".into()),
+        arch: Some("sm_90a".into()),
+    }
+}
+
+/// A distinct genome per `i`.
+pub fn genome(i: i64) -> Genome {
+    Genome::parse(&format!(
+        "BLOCK_M={},STAGES={},SWIZZLE=xor",
+        16 * (i + 1),
+        i % 4 + 1
+    ))
+    .unwrap()
+}
+
+pub fn candidates(range: std::ops::Range<i64>, generation: u32) -> Vec<NewCandidate> {
+    range
+        .map(|i| NewCandidate::new(genome(i), generation, Origin::Random))
+        .collect()
+}
+
+pub fn shape(seq: i64) -> Vars {
+    let mut v = Vars::new();
+    v.insert("BATCH".into(), Value::Int(1));
+    v.insert("HEADS".into(), Value::Int(8));
+    v.insert("SEQ".into(), Value::Int(seq));
+    v
+}
+
+pub fn measurement(seq: i64, median_us: f64) -> NewMeasurement {
+    NewMeasurement {
+        shape: shape(seq),
+        median_us: Some(median_us),
+        p20_us: Some(median_us * 0.98),
+        p80_us: Some(median_us * 1.03),
+        samples: vec![median_us * 0.97, median_us, median_us * 1.04],
+        tflops: Some(512.5),
+        peak_fraction: Some(0.52),
+        max_abs_err: Some(1.5e-3),
+        rel_l2: Some(2.0e-4),
+    }
+}
+
+pub fn evaluated(fitness: f64) -> CandidateResult {
+    CandidateResult {
+        status: "evaluated".into(),
+        gate: Some("timing".into()),
+        detail: None,
+        resources: Some(serde_json::json!({"registers": 128, "smem_bytes": 49152, "spills": 0})),
+        fitness: Some(fitness),
+        eval_ms: Some(812.5),
+        source_key: Some("src-abc".into()),
+    }
+}
+
+pub fn failed(status: &str, gate: &str) -> CandidateResult {
+    CandidateResult {
+        status: status.into(),
+        gate: Some(gate.into()),
+        detail: Some(format!("{gate} failed")),
+        ..Default::default()
+    }
+}

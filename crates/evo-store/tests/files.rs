@@ -1,0 +1,282 @@
+//! The database file: WAL, a second connection, and the files evo must refuse untouched.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use evo_store::{Store, StoreError};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+async fn raw(path: &Path) -> sqlx::SqliteConnection {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .connect()
+        .await
+        .expect("raw connection")
+}
+
+fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// The database and its WAL (if any): what a refused open must not change.
+#[derive(PartialEq)]
+struct Snapshot {
+    db: Vec<u8>,
+    wal: Option<Vec<u8>>,
+    shm: bool,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "db: {} bytes, wal: {:?} bytes, shm: {}",
+            self.db.len(),
+            self.wal.as_ref().map(Vec::len),
+            self.shm
+        )
+    }
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    Snapshot {
+        db: std::fs::read(path).unwrap(),
+        wal: std::fs::read(side_file(path, "-wal")).ok(),
+        shm: side_file(path, "-shm").exists(),
+    }
+}
+
+/// Asserts `path` is as in `before`, naming the first changed byte if not.
+fn assert_unchanged(path: &Path, before: &Snapshot) {
+    let after = snapshot(path);
+    if after != *before {
+        let first = after.db.iter().zip(&before.db).position(|(a, b)| a != b);
+        panic!(
+            "{} was modified: before {before:?}, after {after:?}, first changed byte {first:?}",
+            path.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn wal_mode_is_on() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    store.create_run(&new_run("r")).await.unwrap();
+    // While the store is open, a committed write lives in the WAL file.
+    assert!(
+        side_file(&path, "-wal").exists(),
+        "no -wal file next to the database"
+    );
+    store.close().await;
+    // WAL is a property of the file: a plain connection that asks for nothing sees it.
+    let mut conn = raw(&path).await;
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_connection_sees_committed_data() {
+    let (_dir, path) = temp_db();
+    let a = open(&path).await;
+    let b = open(&path).await;
+    let run = a.create_run(&new_run("shared")).await.unwrap();
+    let ids = a
+        .insert_candidates(run, &candidates(0..4, 0))
+        .await
+        .unwrap();
+
+    let seen = b.run("shared").await.unwrap().expect("b sees a's run");
+    assert_eq!(seen.id, run);
+    assert_eq!(b.pending_candidates(run).await.unwrap().len(), 4);
+    b.record_result(ids[0], &evaluated(1.5), &[measurement(1024, 2.0)])
+        .await
+        .unwrap();
+    assert_eq!(
+        a.candidate(ids[0]).await.unwrap().unwrap().fitness,
+        Some(1.5)
+    );
+    assert_eq!(a.measurements(ids[0]).await.unwrap().len(), 1);
+
+    // Both write at once: the busy timeout and IMMEDIATE transactions serialize them.
+    let (ra, rb) = tokio::join!(
+        async {
+            for (i, id) in ids[1..].iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+                a.record_result(*id, &evaluated(1.0 + i as f64), &[measurement(64, 1.0)])
+                    .await?;
+            }
+            a.insert_candidates(run, &candidates(100..150, 1)).await
+        },
+        async {
+            for (i, id) in ids[1..].iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+                b.record_result(*id, &evaluated(1.0 + i as f64), &[measurement(64, 1.0)])
+                    .await?;
+            }
+            b.insert_candidates(run, &candidates(200..250, 1)).await
+        }
+    );
+    ra.unwrap();
+    rb.unwrap();
+    assert_eq!(a.candidates(run).await.unwrap().len(), 104);
+    assert_eq!(b.pending_candidates(run).await.unwrap().len(), 100);
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_evo_is_refused_untouched() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    store.create_run(&new_run("r")).await.unwrap();
+    store.close().await;
+    let future: i64 = 99_991_231_000_000;
+    let mut conn = raw(&path).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES ($1, 'from the future', 1, X'00', 0)",
+    )
+    .bind(future)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    let before = snapshot(&path);
+
+    let err = Store::open(path.to_str().unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::TooNew { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains(&future.to_string()), "{message}");
+    assert!(
+        message.contains(&format!("up to {}", evo_store::schema_version())),
+        "{message}"
+    );
+    assert!(message.contains("upgrade evo"), "{message}");
+    assert!(message.contains("newer evo"), "{message}");
+    assert_unchanged(&path, &before);
+
+    // Refused again the same way (the first refusal left nothing behind that changes it).
+    assert!(matches!(
+        Store::open(path.to_str().unwrap()).await,
+        Err(StoreError::TooNew { .. })
+    ));
+    assert_unchanged(&path, &before);
+}
+
+#[tokio::test]
+async fn a_newer_database_in_use_is_refused_untouched() {
+    // The newer evo still has it open: its migration row is committed but only in the WAL.
+    let (_dir, path) = temp_db();
+    let newer = open(&path).await;
+    newer.create_run(&new_run("r")).await.unwrap();
+    let mut conn = raw(&path).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (424242, 'from the future', 1, X'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let before = snapshot(&path);
+    assert!(before.wal.as_ref().is_some_and(|w| !w.is_empty()));
+    let err = Store::open(path.to_str().unwrap()).await.unwrap_err();
+    match &err {
+        StoreError::TooNew { unknown, .. } => assert_eq!(unknown, &vec![424242]),
+        e => panic!("expected TooNew, got {e}"),
+    }
+    assert_unchanged(&path, &before);
+    conn.close().await.unwrap();
+    newer.close().await;
+}
+
+#[tokio::test]
+async fn a_newer_meta_schema_version_is_refused_untouched() {
+    let (_dir, path) = temp_db();
+    open(&path).await.close().await;
+    let mut conn = raw(&path).await;
+    sqlx::query("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let before = snapshot(&path);
+    let err = Store::open(path.to_str().unwrap()).await.unwrap_err();
+    match &err {
+        StoreError::TooNew { unknown, .. } => assert_eq!(unknown, &vec![7]),
+        e => panic!("expected TooNew, got {e}"),
+    }
+    assert_unchanged(&path, &before);
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_sqlite_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        (
+            "notes.db",
+            b"these are my notes, not a database\n".repeat(100),
+        ),
+        ("short.db", b"SQLite".to_vec()),
+        ("binary.db", (0u8..=255).cycle().take(8192).collect()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Store::open(path.to_str().unwrap()).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotSqlite { .. }), "{name}: {err}");
+        assert!(err.to_string().contains("not a SQLite database"), "{err}");
+        assert!(err.to_string().contains(name), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{name} was modified");
+        assert!(
+            !side_file(&path, "-wal").exists(),
+            "{name}: a -wal file appeared"
+        );
+        assert!(
+            !side_file(&path, "-shm").exists(),
+            "{name}: a -shm file appeared"
+        );
+    }
+    // A directory is not a database either.
+    let err = Store::open(dir.path().to_str().unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotSqlite { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn another_programs_sqlite_database_is_refused_untouched() {
+    let (_dir, path) = temp_db();
+    let mut conn = raw(&path).await;
+    sqlx::query("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO customers (name) VALUES ('ada')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let before = snapshot(&path);
+    let err = Store::open(path.to_str().unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotEvoDatabase { .. }), "{err}");
+    assert!(err.to_string().contains("customers"), "{err}");
+    assert_unchanged(&path, &before);
+}
+
+#[tokio::test]
+async fn an_empty_file_becomes_a_database() {
+    let (_dir, path) = temp_db();
+    std::fs::write(&path, b"").unwrap();
+    let store = open(&path).await;
+    store.create_run(&new_run("r")).await.unwrap();
+    store.close().await;
+    assert!(std::fs::read(&path)
+        .unwrap()
+        .starts_with(b"SQLite format 3\0"));
+}
