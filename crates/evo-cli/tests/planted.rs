@@ -127,6 +127,9 @@ fn status_and_gate_names_match_the_store() {
         evo_eval::Gate::Profile,
     ] {
         let name = serde_json::to_value(g).unwrap();
-        assert!(evo_store::GATE_NAMES.contains(&name.as_str().unwrap()), "{name}");
+        assert!(
+            evo_store::GATE_NAMES.contains(&name.as_str().unwrap()),
+            "{name}"
+        );
     }
 }
