@@ -9,8 +9,10 @@
 //! * [`worker`]: the GPU process that runs correctness and timing.
 //! * [`pool`]: the async orchestrator side with its watchdog.
 //! * [`pipeline`]: the gates in order for one candidate.
+//! * [`landscape`]: recorded measurements for the replay evaluator.
 
 pub mod compare;
+pub mod landscape;
 pub mod pipeline;
 pub mod pool;
 pub mod profile;

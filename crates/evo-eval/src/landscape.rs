@@ -1,0 +1,141 @@
+//! Recorded landscapes: the real measurements of many genomes of one family, exported
+//! from a database (`evo export-landscape`) and answered back by the replay evaluator
+//! (`evo search --evaluator replay:FILE`), so searches can be tested and compared on a
+//! machine without a GPU. Everything a replayed result says comes from the file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT: &str = "evo-landscape-1";
+
+/// One shape's measurement of one genome.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShapePoint {
+    /// Canonical shape key (`K=V,...`).
+    pub shape: String,
+    pub median_us: Option<f64>,
+    pub p20_us: Option<f64>,
+    pub p80_us: Option<f64>,
+    pub tflops: Option<f64>,
+    pub max_abs_err: Option<f64>,
+    pub rel_l2: Option<f64>,
+}
+
+/// The recorded outcome of one genome.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Point {
+    pub status: String,
+    pub gate: Option<String>,
+    pub detail: String,
+    pub shapes: Vec<ShapePoint>,
+    /// Wall time the real evaluation took, in ms.
+    pub eval_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Landscape {
+    pub format: String,
+    pub problem: String,
+    pub family: String,
+    pub device: String,
+    /// Where the points were measured (run names).
+    pub source: String,
+    /// Canonical genome → outcome.
+    pub points: BTreeMap<String, Point>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LandscapeError {
+    #[error("cannot read landscape {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("landscape {path} is not an evo landscape: {message}")]
+    Parse { path: String, message: String },
+    #[error("landscape {path} has format `{found}`; this evo reads `{FORMAT}`")]
+    Format { path: String, found: String },
+}
+
+impl Landscape {
+    pub fn load(path: &Path) -> Result<Landscape, LandscapeError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| LandscapeError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let l: Landscape = serde_json::from_str(&text).map_err(|e| LandscapeError::Parse {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
+        if l.format != FORMAT {
+            return Err(LandscapeError::Format {
+                path: p,
+                found: l.format,
+            });
+        }
+        Ok(l)
+    }
+
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self).expect("serializes"))?;
+        std::fs::rename(tmp, path)
+    }
+
+    pub fn get(&self, genome: &str) -> Option<&Point> {
+        self.points.get(genome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_format_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Landscape {
+            format: FORMAT.into(),
+            problem: "gemm".into(),
+            family: "gemm_mma".into(),
+            device: "NVIDIA H200".into(),
+            source: "run r1".into(),
+            points: BTreeMap::new(),
+        };
+        l.points.insert(
+            "A=1".into(),
+            Point {
+                status: "evaluated".into(),
+                gate: None,
+                detail: String::new(),
+                shapes: vec![ShapePoint {
+                    shape: "M=1".into(),
+                    median_us: Some(3.5),
+                    p20_us: None,
+                    p80_us: None,
+                    tflops: None,
+                    max_abs_err: Some(1e-3),
+                    rel_l2: Some(1e-4),
+                }],
+                eval_ms: Some(900.0),
+            },
+        );
+        let path = dir.path().join("l.json");
+        l.save(&path).unwrap();
+        assert_eq!(Landscape::load(&path).unwrap(), l);
+        l.format = "evo-landscape-99".into();
+        l.save(&path).unwrap();
+        assert!(matches!(
+            Landscape::load(&path),
+            Err(LandscapeError::Format { .. })
+        ));
+        std::fs::write(&path, "{").unwrap();
+        assert!(matches!(
+            Landscape::load(&path),
+            Err(LandscapeError::Parse { .. })
+        ));
+    }
+}
