@@ -9,64 +9,82 @@ use evo_eval::Status;
 use evo_gpu::{CompileRequest, Compiler};
 use evo_kernels::handwritten;
 
-fn planted() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/planted/gemm");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+/// Each suite folder (tests/planted/<name>/, with its check.toml) and its .cu files.
+fn suites() -> Vec<(String, Vec<PathBuf>)> {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/planted");
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(base)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-        .collect();
-    files.sort();
-    files
+        .filter(|p| p.is_dir())
+    {
+        let config = evo_core::config::SearchConfig::load(&dir.join("check.toml")).unwrap();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+            .collect();
+        files.sort();
+        out.push((config.problem, files));
+    }
+    out.sort();
+    out
 }
 
 #[test]
 fn planted_kernels_have_headers_and_compile() {
-    let files = planted();
-    assert!(files.len() >= 10, "{files:?}");
-    let problem = evo_kernels::problem("gemm").unwrap();
+    let suites = suites();
+    assert!(
+        suites.iter().any(|(p, _)| p == "gemm") && suites.iter().any(|(p, _)| p == "sdpa_fwd"),
+        "{suites:?}"
+    );
     let compiler = Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None).unwrap();
-    let mut expected = Vec::new();
-    for f in &files {
-        let source = std::fs::read_to_string(f).unwrap();
-        let h = handwritten::header(&source);
-        let status = h.expect.as_deref().and_then(Status::parse);
-        assert!(
-            status.is_some(),
-            "{}: evo-expect missing or unknown: {:?}",
-            f.display(),
-            h.expect
-        );
-        expected.push(status.unwrap());
-        assert!(h.why.is_some(), "{}: no evo-why", f.display());
-        handwritten::parse_launch(problem, h.launch.as_deref().unwrap_or(""))
-            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        let out = compiler
-            .compile(&CompileRequest {
-                name: "planted.cu".into(),
-                source,
-            })
-            .unwrap();
-        assert!(out.success, "{}:\n{}", f.display(), out.log);
-        assert!(
-            out.kernel("gemm").is_some(),
-            "{}: no `gemm` kernel",
-            f.display()
-        );
-    }
-    // The suite covers the statuses the evaluator must tell apart.
-    for s in [
-        Status::Evaluated,
-        Status::Incorrect,
-        Status::Crashed,
-        Status::TimedOut,
-        Status::RejectedStatic,
-    ] {
-        assert!(
-            expected.contains(&s),
-            "no planted kernel expects {}",
-            s.name()
-        );
+    for (problem_name, files) in suites {
+        assert!(files.len() >= 10, "{files:?}");
+        let problem = evo_kernels::problem(&problem_name).unwrap();
+        let mut expected = Vec::new();
+        for f in &files {
+            let source = std::fs::read_to_string(f).unwrap();
+            let h = handwritten::header(&source);
+            let status = h.expect.as_deref().and_then(Status::parse);
+            assert!(
+                status.is_some(),
+                "{}: evo-expect missing or unknown: {:?}",
+                f.display(),
+                h.expect
+            );
+            expected.push(status.unwrap());
+            assert!(h.why.is_some(), "{}: no evo-why", f.display());
+            handwritten::parse_launch(problem, h.launch.as_deref().unwrap_or(""))
+                .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            let out = compiler
+                .compile(&CompileRequest {
+                    name: "planted.cu".into(),
+                    source,
+                })
+                .unwrap();
+            assert!(out.success, "{}:\n{}", f.display(), out.log);
+            assert!(
+                out.kernel(problem.entry()).is_some(),
+                "{}: no `{}` kernel",
+                f.display(),
+                problem.entry()
+            );
+        }
+        // Each suite covers the statuses the evaluator must tell apart.
+        for s in [
+            Status::Evaluated,
+            Status::Incorrect,
+            Status::Crashed,
+            Status::TimedOut,
+            Status::RejectedStatic,
+        ] {
+            assert!(
+                expected.contains(&s),
+                "{problem_name}: no planted kernel expects {}",
+                s.name()
+            );
+        }
     }
 }
 

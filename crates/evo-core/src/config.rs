@@ -208,7 +208,8 @@ impl Default for TimeoutConfig {
     }
 }
 
-/// `[search]`: the strategy and its parameters, the baseline, the stopping rules.
+/// `[search]`: the strategy and its parameters (the names of `evo_search::SearchParams`),
+/// the baseline, and the stopping and regression rules.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SearchSection {
@@ -218,21 +219,23 @@ pub struct SearchSection {
     pub population: usize,
     /// Top-K elites that parent the next generation.
     pub elites: usize,
-    /// Share of each generation bred by crossover (the rest of the non-random share mutates).
-    pub crossover: f64,
-    /// Share of each generation that is uniformly random (exploration).
-    pub exploration: f64,
+    /// Relative shares of a generation made by mutating an elite, by crossing two
+    /// elites, and by drawing uniformly random valid genomes (exploration).
+    pub mutation_share: f64,
+    pub crossover_share: f64,
+    pub exploration_share: f64,
     /// Knobs a mutation moves at most.
     pub max_knob_moves: usize,
-    /// How strongly per-knob statistics of elites bias mutation (0: uniform).
+    /// 0..=1: how strongly per-knob statistics of elites bias mutation (0: uniform).
     pub insight_weight: f64,
     /// RNG seed; the same seed and the same results give the same genomes.
     pub seed: u64,
     /// Genomes evaluated in generation 0 (canonical `K=V,...`).
     pub seeds: Vec<String>,
     /// The fitness baseline: `genome:K=V,...` (a genome of the family, evaluated first;
-    /// default: the first seed genome) or `import` (timings loaded with
-    /// `evo baseline import`).
+    /// default: the first seed genome, else the first valid genome) or `import:FILE` (an
+    /// evo-baseline-1 JSON file of per-shape times, e.g. PyTorch SDPA measured on the same
+    /// GPU by scripts/torch_sdpa_baseline.py), relative to the config's folder.
     pub baseline: Option<String>,
     /// Stop after this many generations without a better best fitness (0: never).
     pub patience: u32,
@@ -246,10 +249,11 @@ impl Default for SearchSection {
     fn default() -> Self {
         SearchSection {
             strategy: "evolution".into(),
-            population: 16,
+            population: 32,
             elites: 8,
-            crossover: 0.3,
-            exploration: 0.2,
+            mutation_share: 0.6,
+            crossover_share: 0.25,
+            exploration_share: 0.15,
             max_knob_moves: 2,
             insight_weight: 0.5,
             seed: 0,
