@@ -1,10 +1,43 @@
-//! evo-search: the strategies that pick which genomes to evaluate next (elite-guided
-//! evolution, random, exhaustive), their mutation and crossover operators and the
-//! per-knob statistics of elites. Pure functions of the space, the results so far and a
-//! seeded RNG: no I/O, no GPU.
+//! evo-search: decides which genomes a run evaluates next.
 //!
-//! Status: only the random strategy's building block exists yet ([`random_batch`]);
-//! evolution and the strategy interface arrive with the search issue.
+//! Three strategies share one interface, [`Strategy`]: elite-guided [`Evolution`]
+//! (mutation and crossover of the top-K genomes, biased by per-knob [`Insights`]), and
+//! [`Random`] and [`Exhaustive`] for comparison. [`landscape`] runs a strategy against
+//! known fitness values, to measure search quality without a GPU.
+//!
+//! Everything here is a pure function of the space, the [`History`] of results, the
+//! parameters and a seed: no I/O, no GPU, no database, no clock, no state kept between
+//! calls. Generation `g` draws from an RNG derived from `(seed, g)` alone
+//! ([`generation_rng`]), and a history is keyed by genome hash, so only its contents
+//! matter, not the order rows were added in. A run killed and resumed from its database
+//! therefore proposes exactly what the uninterrupted run would have.
+//!
+//! # How the orchestrator drives it
+//!
+//! For `g = 0, 1, ...`: call [`Strategy::propose`] with the history of generations
+//! `< g` complete (every outcome recorded) and the config's seed genomes; store all the
+//! proposals at once (they enter the history as [`Outcome::Pending`]); evaluate them;
+//! record each outcome. An empty answer means the space is exhausted. On resume,
+//! rebuild the history with [`History::insert`] from every stored candidate; if
+//! generation `g`'s proposals are already stored, finish evaluating those instead of
+//! proposing `g` again (a second call would see them as seen and propose others).
+//! Regressed candidates are recorded as `Evaluated` with their fitness (see
+//! [`Outcome`]). Determinism holds for the same space, parameters, seeds and
+//! `Cargo.lock` (a `rand` upgrade may change the draws, never their validity).
+
+pub mod history;
+pub mod insights;
+pub mod landscape;
+pub mod params;
+pub mod strategy;
+
+pub use history::{History, Outcome, Record};
+pub use insights::{Insights, KnobInsight, ValueInsight};
+pub use params::{SearchParams, StrategyKind};
+pub use strategy::{
+    build, crossover, generation_rng, mutate, mutation_weights, Evolution, Exhaustive, Origin,
+    Proposal, Random, Strategy,
+};
 
 use std::collections::BTreeSet;
 
@@ -13,6 +46,10 @@ use rand::Rng;
 
 /// Up to `count` distinct valid genomes drawn uniformly, skipping those in `seen`.
 /// Stops early when the space seems exhausted (many draws in a row were all seen).
+///
+/// For one-off samples (`evo space`). It draws through [`Space::sample`], whose results
+/// depend on what sampled the space before in the process; runs use the strategies,
+/// whose draws do not.
 pub fn random_batch(
     space: &Space,
     count: usize,

@@ -1,0 +1,146 @@
+//! The knobs of the search itself.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Settings shared by every strategy (each reads the ones it needs). Deserializes from a
+/// partial table: missing fields take their [`Default`] values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchParams {
+    /// Proposals per generation.
+    pub population: usize,
+    /// K: how many of the best genomes breed and count as elites in the insights.
+    pub elites: usize,
+    /// Relative share of a generation's slots filled by mutating one elite.
+    pub mutation_share: f64,
+    /// Relative share filled by uniform crossover of two elites.
+    pub crossover_share: f64,
+    /// Relative share filled by uniformly random valid genomes (exploration).
+    pub exploration_share: f64,
+    /// A mutation moves between 1 and this many knobs (at least 1).
+    pub max_knob_moves: usize,
+    /// 0..=1: how strongly mutation prefers values common among elites (0 = uniform).
+    pub insight_weight: f64,
+    /// The run's seed; each generation's RNG derives from it and the generation number.
+    pub seed: u64,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams {
+            population: 32,
+            elites: 8,
+            mutation_share: 0.6,
+            crossover_share: 0.25,
+            exploration_share: 0.15,
+            max_knob_moves: 2,
+            insight_weight: 0.5,
+            seed: 0,
+        }
+    }
+}
+
+impl SearchParams {
+    /// Splits `slots` into (mutations, crossovers, random genomes) by the shares, rounding
+    /// crossovers and random genomes to the nearest integer and giving mutation the rest.
+    /// Negative or non-finite shares count as 0; if all are 0, every slot is a mutation.
+    pub fn split(&self, slots: usize) -> (usize, usize, usize) {
+        let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
+        let (m, c, e) = (
+            clean(self.mutation_share),
+            clean(self.crossover_share),
+            clean(self.exploration_share),
+        );
+        let total = m + c + e;
+        if total == 0.0 {
+            return (slots, 0, 0);
+        }
+        let share = |x: f64| ((slots as f64) * x / total).round() as usize;
+        let random = share(e).min(slots);
+        let cross = share(c).min(slots - random);
+        (slots - random - cross, cross, random)
+    }
+}
+
+/// Which strategy a run uses (the config's `strategy = "evolution"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyKind {
+    #[default]
+    Evolution,
+    Random,
+    Exhaustive,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 3] = [
+        StrategyKind::Evolution,
+        StrategyKind::Random,
+        StrategyKind::Exhaustive,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StrategyKind::Evolution => "evolution",
+            StrategyKind::Random => "random",
+            StrategyKind::Exhaustive => "exhaustive",
+        }
+    }
+}
+
+impl fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        StrategyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown strategy `{s}`; known: evolution, random, exhaustive"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_rounds_and_gives_mutation_the_rest() {
+        let p = SearchParams::default();
+        assert_eq!(p.split(32), (19, 8, 5));
+        assert_eq!(p.split(0), (0, 0, 0));
+        assert_eq!(p.split(1), (1, 0, 0));
+        let only_random = SearchParams {
+            mutation_share: 0.0,
+            crossover_share: -1.0,
+            exploration_share: 2.0,
+            ..p.clone()
+        };
+        assert_eq!(only_random.split(7), (0, 0, 7));
+        let nothing = SearchParams {
+            mutation_share: 0.0,
+            crossover_share: 0.0,
+            exploration_share: f64::NAN,
+            ..p
+        };
+        assert_eq!(nothing.split(5), (5, 0, 0));
+    }
+
+    #[test]
+    fn params_and_kind_deserialize_from_partial_input() {
+        let p: SearchParams = serde_json::from_str(r#"{"population": 8, "seed": 7}"#).unwrap();
+        assert_eq!((p.population, p.seed, p.elites), (8, 7, 8));
+        assert!(serde_json::from_str::<SearchParams>(r#"{"popluation": 8}"#).is_err());
+        let k: StrategyKind = serde_json::from_str(r#""exhaustive""#).unwrap();
+        assert_eq!(k, StrategyKind::Exhaustive);
+        assert_eq!("random".parse::<StrategyKind>(), Ok(StrategyKind::Random));
+        assert!("genetic".parse::<StrategyKind>().is_err());
+    }
+}
