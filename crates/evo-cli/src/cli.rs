@@ -83,6 +83,53 @@ pub enum Command {
         #[arg(long)]
         sass: bool,
     },
+    /// The main job: an evolutionary search of a config's space, stored in the
+    /// population database. Ctrl-C finishes the evaluations in flight and saves; a killed
+    /// run continues with --resume.
+    Search {
+        /// Search config (TOML); not needed with --resume.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Name of the new run (default: <family>-<unix time>).
+        #[arg(long)]
+        run: Option<String>,
+        /// Continue this run where it stopped (same config, same search state).
+        #[arg(long, value_name = "RUN", conflicts_with = "run")]
+        resume: Option<String>,
+        /// Population database: a file (created if missing) or sqlite://PATH.
+        #[arg(long, env = "EVO_DB", default_value = "population.db")]
+        db: String,
+        /// Stop after 8h / 30m / 90s or 500evals (counted from this invocation), or when the
+        /// run has 20gen generations.
+        #[arg(long)]
+        budget: Option<crate::search::budget::Budget>,
+        /// Stop after this many generations without improvement (overrides [search] patience).
+        #[arg(long)]
+        patience: Option<u32>,
+        /// Override [search] seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override [search] strategy: evolution, random or exhaustive.
+        #[arg(long)]
+        strategy: Option<String>,
+        /// `gpu`, or `replay:FILE` to answer from a recorded landscape (no GPU needed).
+        #[arg(long, default_value = "gpu")]
+        evaluator: String,
+        #[command(flatten)]
+        gpus: GpuArgs,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Write every evaluated genome of a run with its measurements to a landscape file
+    /// for the replay evaluator.
+    ExportLandscape {
+        run: String,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, env = "EVO_DB", default_value = "population.db")]
+        db: String,
+    },
     /// Run every gate on genomes of a config's family (no search): errors and times per
     /// shape, on a GPU.
     Eval {

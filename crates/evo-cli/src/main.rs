@@ -7,6 +7,7 @@
 mod cli;
 mod commands;
 mod output;
+mod search;
 mod setup;
 
 use std::process::ExitCode;
@@ -27,15 +28,65 @@ impl std::error::Error for MissingComponent {}
 
 pub const EXIT_MISSING: u8 = 3;
 
+/// The log file of the current run, once a search knows its run (see [`set_run_log`]).
+static RUN_LOG: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+
+/// From now on, log lines also go to `path` (appended; the folder is created).
+pub fn set_run_log(path: &std::path::Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(f) => *RUN_LOG.lock().expect("run log lock") = Some(f),
+        Err(e) => eprintln!("warning: cannot open the run log {}: {e}", path.display()),
+    }
+}
+
+/// A `tracing` writer into [`RUN_LOG`] (nothing until a run sets it).
+struct RunLog;
+
+impl std::io::Write for RunLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match RUN_LOG.lock().expect("run log lock").as_mut() {
+            Some(f) => f.write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match RUN_LOG.lock().expect("run log lock").as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let default_level = if args.verbose { "info" } else { "warn" };
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_filter(filter),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(|| RunLog)
+                .with_ansi(false)
+                .with_target(false)
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        )
         .init();
     match commands::run(args) {
         Ok(code) => code,

@@ -4,6 +4,7 @@ pub mod check;
 mod compile;
 mod doctor;
 mod eval;
+mod landscape;
 mod profile;
 mod render;
 mod selftest;
@@ -51,6 +52,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
         ),
         Command::Check(args) => check::run(args, cli.json),
+        Command::Search {
+            config,
+            run,
+            resume,
+            db,
+            budget,
+            patience,
+            seed,
+            strategy,
+            evaluator,
+            gpus,
+            no_progress,
+        } => crate::search::run(crate::search::Options {
+            config: config.clone(),
+            run: run.clone(),
+            resume: resume.clone(),
+            db: db.clone(),
+            budget: *budget,
+            patience: *patience,
+            seed: *seed,
+            strategy: strategy.clone(),
+            evaluator: evaluator.clone(),
+            gpus: gpus.gpus.clone(),
+            templates: cli.templates.clone(),
+            progress: !no_progress,
+        }),
+        Command::ExportLandscape { run, out, db } => landscape::export(run, out, db),
         Command::Eval {
             target,
             genome,

@@ -1,0 +1,336 @@
+//! `evo search` end to end through the real CLI on the replay evaluator (no GPU): a
+//! synthetic landscape of every valid gemm genome, then runs that must be deterministic,
+//! respect constraints and the regression rule, and survive SIGKILL.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use evo_core::config::SearchConfig;
+use evo_core::{Genome, Target, Value};
+use evo_eval::landscape::{Landscape, Point, ShapePoint, FORMAT};
+use evo_kernels::{Family, Specializations};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Synthetic but structured times: each knob value scales the time, so there is a real
+/// optimum to find; one genome in 13 is incorrect, one in 17 fails to compile.
+fn landscape(path: &Path) -> (BTreeSet<String>, Vec<String>) {
+    let config = SearchConfig::load(&root().join("configs/gemm.toml")).unwrap();
+    let family = Family::load(&root().join("templates"), "gemm", "gemm_mma").unwrap();
+    let specs = Specializations::new(
+        family.problem,
+        Target::from_arch("sm_90a").unwrap(),
+        &config.shapes,
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let shapes: Vec<String> = specs
+        .shapes
+        .iter()
+        .map(|(_, v)| evo_store::shape_key(v))
+        .collect();
+    let mut points = BTreeMap::new();
+    let mut valid = BTreeSet::new();
+    for g in space.iter_valid() {
+        valid.insert(g.canonical());
+        let factor = |k: &str| match g.get(k) {
+            Some(Value::Int(v)) => 1.0 + ((*v as f64).log2() - 5.5).abs() * 0.1,
+            Some(Value::Str(s)) => 1.0 + s.len() as f64 * 0.03,
+            _ => 1.0,
+        };
+        let scale: f64 = [
+            "BLOCK_M", "BLOCK_N", "BLOCK_K", "WARPS_M", "WARPS_N", "STAGES", "SWIZZLE",
+        ]
+        .iter()
+        .map(|k| factor(k))
+        .product();
+        let h = u64::from_str_radix(&g.hash().0[..8], 16).unwrap();
+        let status = if h % 13 == 0 {
+            "incorrect"
+        } else if h % 17 == 0 {
+            "compile_failed"
+        } else {
+            "evaluated"
+        };
+        // Four stages are three times slower everywhere: regressed against the baseline
+        // (the first valid genome, which has one stage).
+        let slow = if g.get("STAGES") == Some(&Value::Int(4)) {
+            3.0
+        } else {
+            1.0
+        };
+        let shape_points = if status == "evaluated" {
+            shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ShapePoint {
+                    shape: s.clone(),
+                    // Shape 1 prefers different genomes than shapes 0 and 2.
+                    median_us: Some(
+                        slow * 100.0 * (i + 1) as f64 * if i == 1 { 2.0 / scale } else { scale },
+                    ),
+                    p20_us: None,
+                    p80_us: None,
+                    tflops: None,
+                    max_abs_err: Some(1e-3),
+                    rel_l2: Some(2e-4),
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        points.insert(
+            g.canonical(),
+            Point {
+                status: status.into(),
+                gate: None,
+                detail: String::new(),
+                shapes: shape_points,
+                eval_ms: Some(1000.0),
+            },
+        );
+    }
+    Landscape {
+        format: FORMAT.into(),
+        problem: "gemm".into(),
+        family: "gemm_mma".into(),
+        device: "synthetic".into(),
+        source: "tests/search.rs".into(),
+        points,
+    }
+    .save(path)
+    .unwrap();
+    (valid, shapes)
+}
+
+fn search(db: &Path, land: &Path, args: &[&str]) -> assert_cmd::assert::Assert {
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .env("EVO_CACHE_DIR", db.parent().unwrap().join("cache"))
+        .args(["search", "-c", "configs/gemm.toml", "--no-progress", "--db"])
+        .arg(db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .args(args)
+        .assert()
+}
+
+/// (generation, genome, status, fitness, origin) of one candidate.
+type Row = (u32, String, Option<String>, Option<f64>, String);
+
+/// Every candidate of a run, in id order.
+fn rows(db: &Path, run: &str) -> Vec<Row> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+        let r = store.run(run).await.unwrap().unwrap();
+        store
+            .candidates(r.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                (
+                    c.generation,
+                    c.genome,
+                    c.status,
+                    c.fitness,
+                    c.origin.name().to_string(),
+                )
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn replay_search_is_deterministic_valid_and_applies_the_regression_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    let (valid, _) = landscape(&land);
+    let db = dir.path().join("population.db");
+    for run in ["a", "b"] {
+        search(
+            &db,
+            &land,
+            &["--run", run, "--budget", "3gen", "--seed", "7"],
+        )
+        .success()
+        .stdout(predicates::str::contains(format!(
+            "run {run}: generation budget spent"
+        )));
+    }
+    search(
+        &db,
+        &land,
+        &["--run", "c", "--budget", "3gen", "--seed", "8"],
+    )
+    .success();
+    let (a, b, c) = (rows(&db, "a"), rows(&db, "b"), rows(&db, "c"));
+    assert_eq!(a, b, "same seed, same results: same genomes");
+    assert_ne!(a, c, "another seed explores differently");
+    // Baseline + 3 generations of 32.
+    assert_eq!(a.len(), 1 + 3 * 32);
+    let genomes: BTreeSet<&String> = a.iter().map(|r| &r.1).collect();
+    assert_eq!(genomes.len(), a.len(), "no genome evaluated twice");
+    let mut statuses = BTreeMap::new();
+    for (generation, genome, status, fitness, origin) in &a {
+        assert!(valid.contains(genome), "{genome} is not a valid genome");
+        let status = status.as_deref().expect("every candidate evaluated");
+        *statuses.entry(status.to_string()).or_insert(0) += 1;
+        match status {
+            "evaluated" | "regressed" => assert!(fitness.unwrap() > 0.0),
+            _ => assert_eq!(*fitness, None),
+        }
+        if origin == "baseline" {
+            assert_eq!((*generation, status, *fitness), (0, "evaluated", Some(1.0)));
+        }
+    }
+    // The landscape has failures, regressions (slower than the baseline on 2 of 3
+    // shapes) and improvements; the run met all of them.
+    for s in ["evaluated", "regressed", "incorrect"] {
+        assert!(statuses.contains_key(s), "no {s} in {statuses:?}");
+    }
+    let best = a
+        .iter()
+        .filter(|r| r.2.as_deref() == Some("evaluated"))
+        .filter_map(|r| r.3)
+        .fold(0.0, f64::max);
+    assert!(
+        best > 1.0,
+        "the search found nothing better than the baseline: {best}"
+    );
+}
+
+#[test]
+fn a_killed_search_resumes_without_losing_or_repeating_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    // The uninterrupted reference run.
+    search(
+        &db,
+        &land,
+        &["--run", "ref", "--budget", "4gen", "--seed", "3"],
+    )
+    .success();
+    // The same run, killed with SIGKILL in the middle of generation 1.
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
+        .current_dir(root())
+        .env("EVO_REPLAY_DELAY_MS", "40")
+        .args([
+            "search",
+            "-c",
+            "configs/gemm.toml",
+            "--no-progress",
+            "--run",
+            "killed",
+            "--budget",
+            "4gen",
+            "--seed",
+            "3",
+            "--db",
+        ])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = std::panic::catch_unwind(|| rows(&db, "killed"))
+            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
+            .unwrap_or(0);
+        if done >= 1 + 32 + 10 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the search did not get going"
+        );
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = rows(&db, "killed");
+    assert!(
+        before.iter().any(|r| r.2.is_none()),
+        "killed mid-generation: some candidates pending"
+    );
+    search(&db, &land, &["--resume", "killed", "--budget", "4gen"]).success();
+    let after = rows(&db, "killed");
+    // Every result recorded before the kill is still there, unchanged.
+    for (b, a) in before.iter().zip(&after) {
+        if b.2.is_some() {
+            assert_eq!(b, a);
+        }
+    }
+    assert!(after.iter().all(|r| r.2.is_some()), "nothing left pending");
+    let reference = rows(&db, "ref");
+    let as_set =
+        |v: &[Row]| -> BTreeSet<(u32, String)> { v.iter().map(|r| (r.0, r.1.clone())).collect() };
+    for (a, r) in after.iter().zip(&reference) {
+        if a.0 < 2 {
+            assert_eq!(
+                (a.0, &a.1, &a.2, a.3),
+                (r.0, &r.1, &r.2, r.3),
+                "generations 0-1 differ"
+            );
+        }
+    }
+    assert_eq!(after.len(), reference.len());
+    assert_eq!(
+        as_set(&after),
+        as_set(&reference),
+        "the resumed run proposes what the uninterrupted one did"
+    );
+    let _ = Genome::new();
+}
+
+#[test]
+fn bad_search_arguments_are_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    let db = dir.path().join("population.db");
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args(["search", "-c", "configs/gemm.toml", "--db"])
+        .arg(&db)
+        .args(["--evaluator", "replay:/no/such/file.json"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("/no/such/file.json"));
+    landscape(&land);
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args(["search", "--resume", "nope", "--db"])
+        .arg(&db)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("no run `nope`"));
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "search",
+            "-c",
+            "configs/gemm.toml",
+            "--budget",
+            "soon",
+            "--db",
+        ])
+        .arg(&db)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("budget `soon`"));
+}
