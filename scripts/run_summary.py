@@ -16,7 +16,7 @@ print("generation  evaluated  best fitness  evals/hour  GPU busy")
 for g, ev, best, state in c.execute("select generation, evaluated, best_fitness, state from generations where run_id = ? order by generation", (rid,)):
     st = json.loads(state)
     print(f"{g:>10} {ev:>10} {best or 0:>13.4f} {st.get('evaluations_per_hour', 0):>11.0f} {100 * st.get('gpu_busy_fraction', 0):>8.0f}%")
-row = c.execute("select genome, hash, fitness from candidates where run_id = ? and status = 'evaluated' and fitness is not null order by fitness desc limit 3", (rid,)).fetchall()
+row = c.execute("select genome, hash, fitness from candidates where run_id = ? and status in ('evaluated', 'regressed') and fitness is not null order by fitness desc limit 3", (rid,)).fetchall()
 for genome, h, f in row:
     print(f"  best {f:.4f}x  {h}  {genome}")
 for shape, us in c.execute("select shape, median_us from baselines where run_id = ?", (rid,)):
@@ -24,4 +24,4 @@ for shape, us in c.execute("select shape, median_us from baselines where run_id 
 if row:
     cid = c.execute("select id from candidates where run_id = ? and hash = ?", (rid, row[0][1])).fetchone()[0]
     for shape, us, tf in c.execute("select shape, median_us, tflops from measurements where candidate_id = ? and median_us is not null", (cid,)):
-        print(f"  best  {us:9.2f} us  {tf:7.1f} TFLOP/s  {shape}")
+        print(f"  best  {us:9.2f} us  {tf or 0:7.1f} TFLOP/s  {shape}")

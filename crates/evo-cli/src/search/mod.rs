@@ -681,7 +681,12 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         b.evaluator.pool.shutdown().await;
     }
     let wall = started.elapsed().as_secs_f64();
-    let best = store.elites(run_id, 1).await?.into_iter().next();
+    // The fittest genome, regressed ones included (against a fast external baseline
+    // every early kernel regresses).
+    let best = history.best().and_then(|r| {
+        r.fitness()
+            .map(|f| (f, r.genome.canonical(), r.hash.0.clone()))
+    });
     println!(
         "run {run_name}: {}",
         if interrupted {
