@@ -719,14 +719,8 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    if let Some(b) = best {
-        println!(
-            "  best: {:.4}x over the baseline, {} [{}] (candidate {})",
-            b.fitness.unwrap_or(0.0),
-            b.genome,
-            b.hash,
-            b.id
-        );
+    if let Some((fitness, genome, hash)) = best {
+        println!("  best: {fitness:.4}x the baseline's speed (geometric mean over shapes), {genome} [{hash}]");
     }
     if interrupted {
         println!(
