@@ -70,6 +70,9 @@ pub enum Command {
         /// Compile every valid genome of the space.
         #[arg(long, conflicts_with_all = ["genome", "random"])]
         all: bool,
+        /// Compile a few genomes that together use every value of every knob.
+        #[arg(long, conflicts_with_all = ["genome", "random", "all"])]
+        cover: bool,
         /// Write <hash>.<spec>.{cu,ptx,cubin,log} for each variant into this folder.
         #[arg(long)]
         out: Option<PathBuf>,

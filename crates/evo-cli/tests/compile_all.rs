@@ -33,6 +33,10 @@ fn compile(args: &[&str], config: &std::path::Path) -> Vec<Json> {
 }
 
 fn check(reports: &[Json]) {
+    check_kernel(reports, "gemm");
+}
+
+fn check_kernel(reports: &[Json], kernel: &str) {
     for r in reports {
         let g = r["genome"].as_str().unwrap();
         assert_eq!(r["success"], true, "{g}: {}", r["log"]);
@@ -41,7 +45,7 @@ fn check(reports: &[Json]) {
         assert_eq!(k["stack_frame_bytes"], 0, "{g} uses a stack frame");
         assert!(r["cubin_bytes"].as_u64().unwrap() > 0);
         assert!(
-            r["sass"]["gemm"]["tensor"]["HMMA"].as_u64().unwrap_or(0) > 0,
+            r["sass"][kernel]["tensor"]["HMMA"].as_u64().unwrap_or(0) > 0,
             "{g} has no HMMA"
         );
     }
@@ -81,4 +85,33 @@ fn a_sample_of_bf16_gemm_genomes_compiles() {
     assert_eq!(reports.len(), 24);
     check(&reports);
     assert!(reports.iter().all(|r| r["spec"] == "DTYPE=bf16"));
+}
+
+/// A sample of the attention family that uses every value of every knob compiles for
+/// both head dims, causal and not, fp16 and bf16 (`scripts/compile_all.sh` compiles
+/// every genome).
+#[test]
+fn a_covering_sample_of_sdpa_genomes_compiles_for_sm_90a() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap();
+    for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+        let cfg = dir.path().join(format!("sdpa-{causal}-{dtype}.toml"));
+        std::fs::write(
+            &cfg,
+            text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
+                .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
+                .replace(
+                    "family = \"sdpa_fwd_mma\"",
+                    &format!(
+                        "family = \"sdpa_fwd_mma\"\ntemplates = {:?}",
+                        root().join("templates")
+                    ),
+                ),
+        )
+        .unwrap();
+        let reports = compile(&["--cover"], &cfg);
+        // Two specializations (head dim 64 and 128) per genome, at least 4 genomes.
+        assert!(reports.len() >= 8, "{}", reports.len());
+        check_kernel(&reports, "sdpa_fwd");
+    }
 }

@@ -31,6 +31,88 @@ fn gemm_specs() -> Specializations {
     .unwrap()
 }
 
+fn sdpa_specs() -> Specializations {
+    let shape = |head_dim: i64, causal: bool, dtype: &str| -> Vars {
+        [
+            ("BATCH", 1.into()),
+            ("HEADS", 2.into()),
+            ("SEQ_Q", 77.into()),
+            ("SEQ_KV", 77.into()),
+            ("HEAD_DIM", head_dim.into()),
+            ("CAUSAL", causal.into()),
+            ("DTYPE", dtype.into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    };
+    let mut shapes = Vec::new();
+    for d in [64, 128] {
+        for c in [false, true] {
+            for t in ["f16", "bf16"] {
+                shapes.push(shape(d, c, t));
+            }
+        }
+    }
+    Specializations::new(
+        problem("sdpa_fwd").unwrap(),
+        Target::from_arch("sm_90a").unwrap(),
+        &shapes,
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_valid_sdpa_genome_renders_for_every_specialization() {
+    let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_mma").unwrap();
+    let specs = sdpa_specs();
+    let space = f.space(specs.contexts()).unwrap();
+    let mut count = 0;
+    let mut sources = BTreeSet::new();
+    for g in space.iter_valid() {
+        for spec in 0..specs.specs.len() {
+            let src = f.render(&space, &g, spec).unwrap();
+            assert!(src.contains("extern \"C\""), "{}", g.canonical());
+            if spec == 0 {
+                sources.insert(src.split_once('\n').unwrap().1.to_string());
+            }
+        }
+        count += 1;
+    }
+    assert!(count >= 500, "only {count} valid genomes");
+    assert_eq!(
+        sources.len(),
+        count,
+        "two genomes rendered to identical code"
+    );
+}
+
+#[test]
+fn every_value_of_every_sdpa_knob_changes_the_code() {
+    let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_mma").unwrap();
+    let specs = sdpa_specs();
+    let space = f.space(specs.contexts()).unwrap();
+    // From several bases, since some knobs only matter with others (PRODUCER_WARPS with
+    // WARP_SPEC = "on").
+    for knob in space.knobs() {
+        let distinct = space.iter_valid().step_by(97).any(|base| {
+            let mut bodies = BTreeSet::new();
+            for v in &knob.values {
+                let mut g = base.clone();
+                g.set(knob.name.clone(), v.clone());
+                let vars = space.vars(&g, 0).unwrap();
+                bodies.insert(f.render_vars(&vars).unwrap());
+            }
+            bodies.len() == knob.values.len()
+        });
+        assert!(
+            distinct,
+            "no base where every value of {} gives different code",
+            knob.name
+        );
+    }
+}
+
 #[test]
 fn every_valid_gemm_genome_renders_for_every_specialization() {
     let f = Family::load(&templates(), "gemm", "gemm_mma").unwrap();

@@ -16,6 +16,7 @@ pub struct Options<'a> {
     pub target: &'a TargetArgs,
     pub pick: &'a GenomeArgs,
     pub all: bool,
+    pub cover: bool,
     pub out: Option<&'a Path>,
     pub threads: usize,
     pub no_cache: bool,
@@ -41,6 +42,8 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     let loaded = setup::load(templates, o.target)?;
     let genomes: Vec<Genome> = if o.all {
         loaded.space.iter_valid().collect()
+    } else if o.cover {
+        loaded.space.covering_set().0
     } else {
         loaded.pick_genomes(o.pick, false)?
     };
