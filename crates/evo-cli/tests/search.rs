@@ -334,3 +334,52 @@ fn bad_search_arguments_are_explained() {
         .code(2)
         .stderr(predicates::str::contains("budget `soon`"));
 }
+
+/// Replaying the search recorded on an H200 with the same seed and config proposes the
+/// same genomes the real run did: every one is in the landscape, and the best fitness
+/// per generation is the one the real run stored (0.8066, 0.8066, 0.8460).
+#[test]
+fn replaying_the_recorded_h200_search_reproduces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("population.db");
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "search",
+            "-c",
+            "configs/sdpa_replay.toml",
+            "--no-progress",
+            "--run",
+            "replay",
+            "--budget",
+            "3gen",
+        ])
+        .args([
+            "--evaluator",
+            "replay:tests/data/landscape_sdpa_fwd_mma_h200.json",
+            "--db",
+        ])
+        .arg(&db)
+        .assert()
+        .success();
+    let rows = rows(&db, "replay");
+    assert_eq!(rows.len(), 48);
+    assert!(
+        rows.iter().all(|r| r.2.as_deref() == Some("regressed")),
+        "every genome was in the landscape"
+    );
+    let best_by = |g: u32| {
+        rows.iter()
+            .filter(|r| r.0 <= g)
+            .filter_map(|r| r.3)
+            .fold(0.0, f64::max)
+    };
+    for (g, want) in [(0, 0.8066), (1, 0.8066), (2, 0.8460)] {
+        assert!(
+            (best_by(g) - want).abs() < 1e-4,
+            "generation {g}: {} vs {want}",
+            best_by(g)
+        );
+    }
+}
