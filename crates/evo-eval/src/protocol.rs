@@ -89,32 +89,8 @@ pub struct CorrectnessPlan {
     pub tolerance: Vec<(String, Tolerance)>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TimingPlan {
-    pub warmup_ms: f64,
-    pub min_samples: u32,
-    pub max_samples: u32,
-    pub target_spread: f64,
-    pub sample_ms: f64,
-    pub l2_multiple: f64,
-    pub max_input_sets: u32,
-    pub budget_ms: f64,
-}
-
-impl From<&evo_core::config::TimingConfig> for TimingPlan {
-    fn from(c: &evo_core::config::TimingConfig) -> Self {
-        TimingPlan {
-            warmup_ms: c.warmup_ms,
-            min_samples: c.min_samples,
-            max_samples: c.max_samples,
-            target_spread: c.target_spread,
-            sample_ms: c.sample_ms,
-            l2_multiple: c.l2_multiple,
-            max_input_sets: c.max_input_sets,
-            budget_ms: c.budget_ms,
-        }
-    }
-}
+/// How the timing gate samples: the config's `[timing]` section as it is.
+pub use evo_core::config::TimingConfig as TimingPlan;
 
 /// Verdict on one variant.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

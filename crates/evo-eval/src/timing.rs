@@ -67,6 +67,7 @@ mod tests {
 
     fn plan() -> TimingPlan {
         TimingPlan {
+            enabled: true,
             warmup_ms: 10.0,
             min_samples: 5,
             max_samples: 50,

@@ -10,7 +10,6 @@ use evo_core::config::{
 use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
 use evo_eval::pool::{Pool, WorkerCommand};
-use evo_eval::protocol::TimingPlan;
 use evo_eval::Status;
 use evo_gpu::{CompileCache, Compiler};
 use evo_kernels::handwritten;
@@ -123,7 +122,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         .iter()
         .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
         .collect::<std::io::Result<Vec<_>>>()?;
-    let timing_plan = (timing.enabled && !args.no_timing).then(|| TimingPlan::from(&timing));
+    let timing_plan = (timing.enabled && !args.no_timing).then(|| timing.clone());
     let evaluator = Arc::new(Evaluator {
         problem,
         compiler,

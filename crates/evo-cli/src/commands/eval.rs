@@ -9,7 +9,6 @@ use anyhow::{bail, Result};
 use evo_core::{Genome, Target};
 use evo_eval::pipeline::{family_candidates, Evaluator, GateSettings, Verdict};
 use evo_eval::pool::{Pool, WorkerCommand};
-use evo_eval::protocol::TimingPlan;
 use evo_eval::{Gate, Status};
 use evo_gpu::{CompileCache, Compiler};
 use serde::Serialize;
@@ -131,7 +130,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             target,
             static_rules: cfg.static_rules.clone(),
             correctness: cfg.correctness.clone(),
-            timing: (cfg.timing.enabled && !o.no_timing).then(|| TimingPlan::from(&cfg.timing)),
+            timing: (cfg.timing.enabled && !o.no_timing).then(|| cfg.timing.clone()),
         },
     });
     // Candidates: one per (genome, specialization).

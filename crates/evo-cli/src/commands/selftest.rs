@@ -198,7 +198,7 @@ fn timing_checks(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Re
     );
     let module = gpu.load_module(compiled.cubin.as_deref().expect("cubin"))?;
     let spin = module.function("spin")?;
-    let plan = TimingPlan::from(&evo_core::config::TimingConfig::default());
+    let plan = TimingPlan::default();
     let one = LaunchDims {
         grid: [1, 1, 1],
         block: [32, 1, 1],

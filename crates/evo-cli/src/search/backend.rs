@@ -9,21 +9,8 @@ use evo_eval::landscape::Landscape;
 use evo_eval::pipeline::{family_candidates, Evaluator, Verdict};
 use evo_eval::{Gate, Status};
 use evo_kernels::{Family, Specializations};
+use evo_store::NewMeasurement;
 use tokio::sync::Semaphore;
-
-/// One shape's measurement of a genome.
-#[derive(Clone, Debug)]
-pub struct ShapeMeasure {
-    pub vars: Vars,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub samples: Vec<f64>,
-    pub tflops: Option<f64>,
-    pub peak_fraction: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
-}
 
 /// The outcome of one genome over every specialization.
 #[derive(Clone, Debug)]
@@ -31,7 +18,8 @@ pub struct GenomeResult {
     pub status: Status,
     pub gate: Option<Gate>,
     pub detail: String,
-    pub shapes: Vec<ShapeMeasure>,
+    /// One measurement per shape, as the database stores them.
+    pub shapes: Vec<NewMeasurement>,
     pub resources: serde_json::Value,
     pub source_key: Option<String>,
     /// Wall time of the whole evaluation (compile included), ms.
@@ -73,8 +61,8 @@ fn from_verdicts(verdicts: Vec<Verdict>, started: Instant) -> GenomeResult {
             gpu_ms += r.elapsed_ms;
             for s in &r.shapes {
                 let worst = s.worst().cloned().unwrap_or_default();
-                shapes.push(ShapeMeasure {
-                    vars: s.vars.clone(),
+                shapes.push(NewMeasurement {
+                    shape: s.vars.clone(),
                     median_us: s.timing.as_ref().map(|t| t.median_us),
                     p20_us: s.timing.as_ref().map(|t| t.p20_us),
                     p80_us: s.timing.as_ref().map(|t| t.p80_us),
@@ -219,8 +207,8 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
         shapes: p
             .shapes
             .iter()
-            .map(|s| ShapeMeasure {
-                vars: Genome::parse(&s.shape)
+            .map(|s| NewMeasurement {
+                shape: Genome::parse(&s.shape)
                     .map(|g| g.as_vars().clone())
                     .unwrap_or_default(),
                 median_us: s.median_us,

@@ -24,7 +24,6 @@ use evo_core::{Genome, Target, Vars};
 use evo_eval::landscape::Landscape;
 use evo_eval::pipeline::{Evaluator, GateSettings};
 use evo_eval::pool::{Pool, WorkerCommand};
-use evo_eval::protocol::TimingPlan;
 use evo_eval::Status;
 use evo_gpu::{CompileCache, Compiler};
 use evo_search::{History, Insights, Outcome, SearchParams, StrategyKind};
@@ -277,7 +276,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                         target: target.clone(),
                         static_rules: config.static_rules.clone(),
                         correctness: config.correctness.clone(),
-                        timing: Some(TimingPlan::from(&config.timing)),
+                        timing: Some(config.timing.clone()),
                     },
                 }),
                 family: Arc::new(family),
@@ -426,7 +425,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                     let t = r
                         .shapes
                         .iter()
-                        .find(|s| evo_store::shape_key(&s.vars) == key)
+                        .find(|s| evo_store::shape_key(&s.shape) == key)
                         .and_then(|s| s.median_us)
                         .ok_or_else(|| {
                             anyhow!("the baseline genome has no time for shape {key}")
@@ -544,7 +543,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 .map(|k| {
                     r.shapes
                         .iter()
-                        .find(|s| &evo_store::shape_key(&s.vars) == k)
+                        .find(|s| &evo_store::shape_key(&s.shape) == k)
                         .and_then(|s| s.median_us)
                         .unwrap_or(f64::NAN)
                 })
@@ -748,21 +747,13 @@ fn result_row(r: &GenomeResult, fitness: Option<f64>) -> CandidateResult {
     }
 }
 
+/// The measurements of a result, one per shape (a shape checked in two
+/// specializations would appear twice; the database keeps one).
 fn measurements(r: &GenomeResult) -> Vec<NewMeasurement> {
     let mut seen = std::collections::BTreeSet::new();
     r.shapes
         .iter()
-        .filter(|s| seen.insert(evo_store::shape_key(&s.vars)))
-        .map(|s| NewMeasurement {
-            shape: s.vars.clone(),
-            median_us: s.median_us,
-            p20_us: s.p20_us,
-            p80_us: s.p80_us,
-            samples: s.samples.clone(),
-            tflops: s.tflops,
-            peak_fraction: s.peak_fraction,
-            max_abs_err: s.max_abs_err,
-            rel_l2: s.rel_l2,
-        })
+        .filter(|s| seen.insert(evo_store::shape_key(&s.shape)))
+        .cloned()
         .collect()
 }
