@@ -124,6 +124,11 @@ pub enum Command {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Baselines of a run.
+    Baseline {
+        #[command(subcommand)]
+        action: BaselineAction,
+    },
     /// Write every evaluated genome of a run with its measurements to a landscape file
     /// for the replay evaluator.
     ExportLandscape {
@@ -209,6 +214,20 @@ pub enum Command {
     Worker {
         #[arg(long, default_value_t = 0)]
         gpu: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BaselineAction {
+    /// Replace a run's baseline with per-shape times from an evo-baseline-1 file (e.g.
+    /// scripts/torch_sdpa_baseline.py's, measured on the same GPU) and rescore its
+    /// candidates.
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        run: String,
+        #[arg(long, env = "EVO_DB", default_value = "population.db")]
+        db: String,
     },
 }
 

@@ -820,6 +820,56 @@ impl Store {
             .ctx(|| format!("committing the baselines of run {run}"))
     }
 
+    /// Replaces the baselines of a run and, in the same transaction, the fitness and
+    /// status of candidates that reached timing (`evaluated` ↔ `regressed` only: a new
+    /// baseline changes speedups, not correctness). Each update is
+    /// `(candidate, status, fitness)`.
+    pub async fn rebase<S: AsRef<str>, T: AsRef<str>>(
+        &self,
+        run: RunId,
+        baselines: &[(S, f64, T)],
+        updates: &[(CandidateId, String, Option<f64>)],
+    ) -> Result<(), StoreError> {
+        for (id, status, fitness) in updates {
+            if !FITNESS_STATUSES.contains(&status.as_str()) {
+                return Err(StoreError::invalid(
+                    "rescore",
+                    format!("candidate {id}: status `{status}` does not carry a fitness"),
+                ));
+            }
+            if fitness.is_some_and(|f| !f.is_finite()) {
+                return Err(StoreError::invalid(
+                    "rescore",
+                    format!("candidate {id}: fitness {fitness:?}"),
+                ));
+            }
+        }
+        self.set_baselines(run, baselines).await?;
+        let mut tx = self.write_tx(&format!("rescoring run {run}")).await?;
+        for (id, status, fitness) in updates {
+            let done = sqlx::query(
+                "UPDATE candidates SET status = $1, fitness = $2 \
+                 WHERE id = $3 AND run_id = $4 AND status IN ('evaluated', 'regressed')",
+            )
+            .bind(status)
+            .bind(fitness)
+            .bind(id.0)
+            .bind(run.0)
+            .execute(&mut *tx)
+            .await
+            .ctx(|| format!("rescoring candidate {id}"))?;
+            if done.rows_affected() != 1 {
+                return Err(StoreError::invalid(
+                    "rescore",
+                    format!("candidate {id} of run {run} has not reached timing"),
+                ));
+            }
+        }
+        tx.commit()
+            .await
+            .ctx(|| format!("committing the rescoring of run {run}"))
+    }
+
     /// The run's baselines, by shape text.
     pub async fn baselines(&self, run: RunId) -> Result<Vec<Baseline>, StoreError> {
         let rows = sqlx::query(

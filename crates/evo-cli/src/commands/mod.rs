@@ -81,6 +81,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             progress: !no_progress,
         }),
         Command::ExportLandscape { run, out, db } => landscape::export(run, out, db),
+        Command::Baseline {
+            action: crate::cli::BaselineAction::Import { file, run, db },
+        } => crate::search::import_baseline(file, run, db),
         Command::Eval {
             target,
             genome,

@@ -730,6 +730,109 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// Status and fitness of a result against the baseline: geometric-mean speedup over the
+/// shapes, and `regressed` when more than the tolerance slower on enough shapes.
+fn score(
+    status: Status,
+    baseline: &[f64],
+    times: &[f64],
+    search: &evo_core::config::SearchSection,
+) -> (Status, Option<f64>) {
+    if status != Status::Evaluated && status != Status::Regressed {
+        return (status, None);
+    }
+    let fitness = geomean_speedup(baseline, times);
+    if is_regressed(
+        baseline,
+        times,
+        search.regression_tolerance,
+        search.regression_shapes,
+    ) {
+        (Status::Regressed, fitness)
+    } else {
+        (Status::Evaluated, fitness)
+    }
+}
+
+/// `evo baseline import FILE --run RUN`: replaces a run's baseline with imported
+/// per-shape times and rescores every candidate that reached timing, in one
+/// transaction. A resumed search then uses the new baseline.
+pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process::ExitCode> {
+    let rt = crate::setup::runtime()?;
+    rt.block_on(async {
+        let store = Store::open(db)
+            .await
+            .with_context(|| format!("opening {db}"))?;
+        let r = store
+            .run(run)
+            .await?
+            .ok_or_else(|| anyhow!("no run `{run}` in {db}"))?;
+        let config = SearchConfig::parse(Path::new(&format!("{}.toml", r.name)), &r.config_toml)?;
+        let problem = evo_kernels::problem(&config.problem)
+            .ok_or_else(|| anyhow!("unknown problem `{}`", config.problem))?;
+        let imported = baseline::load(file)?;
+        let mut rows = Vec::new();
+        let mut needed = Vec::new();
+        for shape in &config.shapes {
+            let full = problem.complete_shape(shape).map_err(|e| anyhow!(e))?;
+            let key = evo_store::shape_key(&full);
+            let t = imported
+                .shapes
+                .iter()
+                .find(|(v, _)| {
+                    problem
+                        .complete_shape(v)
+                        .map(|c| evo_store::shape_key(&c) == key)
+                        .unwrap_or(false)
+                })
+                .map(|(_, t)| *t)
+                .ok_or_else(|| anyhow!("{} has no time for shape {key}", file.display()))?;
+            rows.push((key.clone(), t, imported.source.clone()));
+            needed.push((key, t));
+        }
+        let baseline_times: Vec<f64> = needed.iter().map(|(_, t)| *t).collect();
+        let mut updates = Vec::new();
+        for c in store.candidates(r.id).await? {
+            let Some(status) = c.status.as_deref().and_then(Status::parse) else {
+                continue;
+            };
+            if status != Status::Evaluated && status != Status::Regressed {
+                continue;
+            }
+            let ms = store.measurements(c.id).await?;
+            let times: Vec<f64> = needed
+                .iter()
+                .map(|(k, _)| {
+                    ms.iter()
+                        .find(|m| &m.shape == k)
+                        .and_then(|m| m.median_us)
+                        .unwrap_or(f64::NAN)
+                })
+                .collect();
+            let (status, fitness) = score(status, &baseline_times, &times, &config.search);
+            updates.push((c.id, status.name().to_string(), fitness));
+        }
+        store.rebase(r.id, &rows, &updates).await?;
+        for (key, t) in &needed {
+            println!("baseline {t:10.2} us  {key}");
+        }
+        let best = updates
+            .iter()
+            .filter(|u| u.1 == "evaluated")
+            .filter_map(|u| u.2)
+            .fold(None::<f64>, |b, f| Some(b.map_or(f, |b| b.max(f))));
+        println!(
+            "run {}: baseline from {}; {} candidates rescored ({} regressed){}",
+            r.name,
+            imported.source,
+            updates.len(),
+            updates.iter().filter(|u| u.1 == "regressed").count(),
+            best.map_or(String::new(), |b| format!("; best fitness {b:.4}"))
+        );
+        Ok(std::process::ExitCode::SUCCESS)
+    })
+}
+
 fn result_row(r: &GenomeResult, fitness: Option<f64>) -> CandidateResult {
     CandidateResult {
         status: r.status.name().into(),
