@@ -471,3 +471,73 @@ fn importing_a_baseline_rescores_the_run() {
     search(&db, &land, &["--resume", "r", "--budget", "2gen"]).success();
     assert_eq!(rows(&db, "r").len(), 1 + 2 * 32);
 }
+
+/// Ctrl-C (SIGINT) finishes the evaluation in flight, saves, marks the run interrupted
+/// and exits 0; the rest of the generation stays pending and `--resume` evaluates it.
+#[test]
+fn ctrl_c_saves_and_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
+        .current_dir(root())
+        .env("EVO_REPLAY_DELAY_MS", "100")
+        .args([
+            "search",
+            "-c",
+            "configs/gemm.toml",
+            "--no-progress",
+            "--run",
+            "int",
+            "--budget",
+            "2gen",
+            "--seed",
+            "4",
+            "--db",
+        ])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = std::panic::catch_unwind(|| rows(&db, "int"))
+            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
+            .unwrap_or(0);
+        if done >= 5 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the search did not get going"
+        );
+    }
+    let interrupted_at = Instant::now();
+    StdCommand::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(
+        interrupted_at.elapsed() < Duration::from_secs(5),
+        "Ctrl-C waited for more than the evaluation in flight"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("run int: interrupted") && stdout.contains("resume with"),
+        "{stdout}"
+    );
+    let before = rows(&db, "int");
+    let pending = before.iter().filter(|r| r.2.is_none()).count();
+    assert!(pending > 0, "nothing left pending");
+    search(&db, &land, &["--resume", "int", "--budget", "2gen"]).success();
+    let after = rows(&db, "int");
+    assert_eq!(after.len(), 1 + 2 * 32);
+    assert!(after.iter().all(|r| r.2.is_some()));
+}

@@ -1,6 +1,7 @@
 //! Where a search gets its results: real GPU evaluation through the gates, or a recorded
 //! landscape (the replay evaluator).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,6 +37,8 @@ pub struct GpuBackend {
     pub edges: Arc<Vec<Vars>>,
     /// Compilations in flight at once (CPU threads).
     pub compile_limit: Arc<Semaphore>,
+    /// One permit per GPU worker: taken after compiling, before evaluating.
+    pub gpu_slots: Arc<Semaphore>,
     pub salt: u64,
 }
 
@@ -110,9 +113,18 @@ impl Backend {
         }
     }
 
-    pub async fn evaluate(&self, id: u64, genome: &Genome) -> GenomeResult {
+    /// Evaluates one genome; `None` when `stop` was set before it reached the GPU (it
+    /// stays pending). Compilation runs ahead; a GPU slot is taken only after it, and
+    /// `stop` is checked then, so Ctrl-C waits for the evaluations on the GPUs, not for
+    /// everything compiled ahead.
+    pub async fn evaluate(
+        &self,
+        id: u64,
+        genome: &Genome,
+        stop: &AtomicBool,
+    ) -> Option<GenomeResult> {
         let started = Instant::now();
-        match self {
+        Some(match self {
             Backend::Replay { landscape, .. } => {
                 // Tests slow the replay down to kill a search mid-generation.
                 if let Some(ms) = std::env::var("EVO_REPLAY_DELAY_MS")
@@ -121,6 +133,9 @@ impl Backend {
                 {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
+                if stop.load(Ordering::SeqCst) {
+                    return None;
+                }
                 replay(landscape, genome, started)
             }
             Backend::Gpu(b) => {
@@ -128,7 +143,7 @@ impl Backend {
                     match family_candidates(&b.family, &b.space, &b.specs, genome, &b.edges) {
                         Ok(c) => c,
                         Err(e) => {
-                            return GenomeResult {
+                            return Some(GenomeResult {
                                 status: Status::RenderFailed,
                                 gate: Some(Gate::Render),
                                 detail: e,
@@ -137,7 +152,7 @@ impl Backend {
                                 source_key: None,
                                 eval_ms: started.elapsed().as_secs_f64() * 1e3,
                                 gpu_ms: 0.0,
-                            }
+                            })
                         }
                     };
                 let mut verdicts = Vec::new();
@@ -155,6 +170,10 @@ impl Backend {
                     drop(permit);
                     let v = match compiled {
                         Ok(compiled) => {
+                            let _slot = b.gpu_slots.acquire().await.expect("semaphore open");
+                            if stop.load(Ordering::SeqCst) {
+                                return None;
+                            }
                             b.evaluator
                                 .evaluate(c, compiled, id * 16 + i as u64, b.salt)
                                 .await
@@ -178,7 +197,7 @@ impl Backend {
                 }
                 from_verdicts(verdicts, started)
             }
-        }
+        })
     }
 }
 

@@ -284,6 +284,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 specs: Arc::new(specs.clone()),
                 edges: Arc::new(edges),
                 compile_limit: Arc::new(tokio::sync::Semaphore::new(cpus)),
+                gpu_slots: Arc::new(tokio::sync::Semaphore::new(gpus.len())),
                 salt: params.seed,
             }))
         }
@@ -406,7 +407,10 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                     }
                 };
                 eprintln!("evaluating the baseline genome {text}");
-                let r = backend.evaluate(0, &genome).await;
+                let r = backend
+                    .evaluate(0, &genome, &AtomicBool::new(false))
+                    .await
+                    .expect("not stopped");
                 tally.gpu_ms += r.gpu_ms;
                 if r.status != Status::Evaluated {
                     store
@@ -530,7 +534,8 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 if stop.load(Ordering::SeqCst) {
                     return None; // left pending: evaluated on resume
                 }
-                let r = backend.evaluate(id.0 as u64, &genome).await;
+                // None: stopped before reaching a GPU; left pending for --resume.
+                let r = backend.evaluate(id.0 as u64, &genome, &stop).await?;
                 Some((id, genome, r))
             });
         }
