@@ -146,6 +146,15 @@ fn compile_reports_resources() {
     for ext in ["cu", "ptx", "cubin", "log"] {
         assert!(names.iter().any(|n| n == ext), "{ext} missing in {names:?}");
     }
+    // One file per specialization: the file names keep the specialization.
+    let files: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        files.iter().any(|f| f.ends_with("DTYPE-f16.cu")),
+        "{files:?}"
+    );
     // The second compile comes from the cache.
     let again = evo(tmp.path())
         .args(["--json", "compile", "--arch", "sm_90a", "-c"])

@@ -191,6 +191,10 @@ impl Slot {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Its own process group: a Ctrl-C in the terminal (or `timeout -s INT`)
+            // signals the foreground group, and must stop the orchestrator gracefully,
+            // not kill the worker mid-evaluation (which would read as `crashed`).
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.command.program.display()))?;
         self.starts += 1;

@@ -177,3 +177,45 @@ async fn several_workers_run_in_parallel() {
     );
     assert_eq!(pool.starts().await, vec![1, 1]);
 }
+
+/// Workers live in their own process group, so a SIGINT to the orchestrator's group
+/// (Ctrl-C in a terminal) does not reach them.
+#[tokio::test]
+async fn workers_have_their_own_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pgid_file = dir.path().join("pgid");
+    let script = dir.path().join("pgid.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/usr/bin/env bash\nps -o pgid= -p $$ | tr -d ' ' > {pgid_file:?}\necho '{{\"type\":\"ready\",\"pid\":'$$',\"device\":null}}'\nwhile read -r line; do id=$(printf '%s' \"$line\" | grep -o '\"id\":[0-9]*' | head -1 | cut -d: -f2); echo '{{\"type\":\"result\",\"id\":'$id',\"status\":\"evaluated\",\"gate\":null,\"detail\":\"\",\"shapes\":[],\"kernels\":[],\"elapsed_ms\":1.0}}'; done\n"
+        ),
+    )
+    .unwrap();
+    let pool = Pool::new(
+        vec![(
+            0,
+            WorkerCommand {
+                program: PathBuf::from("bash"),
+                args: vec![script.display().to_string()],
+            },
+        )],
+        quick(),
+    );
+    assert_eq!(pool.evaluate(job(1)).await.status, Status::Evaluated);
+    let ours = std::process::Command::new("ps")
+        .args(["-o", "pgid=", "-p", &std::process::id().to_string()])
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&ours.stdout).trim().to_string();
+    let theirs = std::fs::read_to_string(&pgid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(!theirs.is_empty() && !ours.is_empty());
+    assert_ne!(
+        theirs, ours,
+        "the worker shares the orchestrator's process group"
+    );
+    pool.shutdown().await;
+}

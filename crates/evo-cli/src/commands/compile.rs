@@ -104,18 +104,21 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             _ => None,
         };
         if let Some(dir) = o.out {
-            let stem = dir.join(format!(
+            // Append the extension: `with_extension` would replace the specialization
+            // part after the hash's dot, and every specialization would share one file.
+            let stem = format!(
                 "{}.{}",
                 genome.hash(),
                 spec_text.replace(',', "_").replace('=', "-")
-            ));
-            std::fs::write(stem.with_extension("cu"), &req.source)?;
-            std::fs::write(stem.with_extension("log"), &compiled.log)?;
+            );
+            let file = |ext: &str| dir.join(format!("{stem}.{ext}"));
+            std::fs::write(file("cu"), &req.source)?;
+            std::fs::write(file("log"), &compiled.log)?;
             if let Some(ptx) = &compiled.ptx {
-                std::fs::write(stem.with_extension("ptx"), ptx)?;
+                std::fs::write(file("ptx"), ptx)?;
             }
             if let Some(cubin) = &compiled.cubin {
-                std::fs::write(stem.with_extension("cubin"), cubin)?;
+                std::fs::write(file("cubin"), cubin)?;
             }
         }
         reports.push(VariantReport {
