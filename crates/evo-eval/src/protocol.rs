@@ -105,6 +105,12 @@ pub struct JobResult {
     /// What the driver says about each kernel, with resident blocks per SM.
     pub kernels: Vec<KernelReport>,
     pub elapsed_ms: f64,
+    /// Of `elapsed_ms`, the part spent in the correctness checks (inputs, references,
+    /// launches, comparisons) and the part spent timing.
+    #[serde(default)]
+    pub check_ms: f64,
+    #[serde(default)]
+    pub timing_ms: f64,
 }
 
 impl JobResult {
@@ -122,6 +128,8 @@ impl JobResult {
             shapes: Vec::new(),
             kernels: Vec::new(),
             elapsed_ms: 0.0,
+            check_ms: 0.0,
+            timing_ms: 0.0,
         }
     }
 }

@@ -255,10 +255,13 @@ impl Worker {
             }
             functions.push(f);
         }
+        let checks = Instant::now();
         for shape in &job.shapes {
             let r = self.check_shape(job, problem, &functions, &shape.vars, &shape.launches)?;
             result.shapes.push(r);
         }
+        result.check_ms = checks.elapsed().as_secs_f64() * 1e3;
+        let timings = Instant::now();
         if let Some(plan) = &job.timing {
             for (i, shape) in job.shapes.iter().enumerate() {
                 if shape.timed {
@@ -274,6 +277,7 @@ impl Worker {
                 }
             }
         }
+        result.timing_ms = timings.elapsed().as_secs_f64() * 1e3;
         Ok(())
     }
 

@@ -106,7 +106,25 @@ impl Compiler {
             return Ok(self.finish(key, entry, true));
         }
         let start = Instant::now();
-        let out = nvrtc::compile(&req.source, &req.name, &self.options)?;
+        let mut out = nvrtc::compile(&req.source, &req.name, &self.options)?;
+        // On an H200 the first of 16 concurrent compiles once came back successful with a
+        // CUBIN but without ptxas's report in its log (and so no resource usage). The
+        // report must describe the CUBIN's kernels; if it does not, compile again, and
+        // never cache a result whose report and CUBIN disagree.
+        let mut retries = 0;
+        let mut mismatch = report_mismatch(&out);
+        while let (Some(why), true) = (&mismatch, retries < 2) {
+            retries += 1;
+            tracing::warn!(name = %req.name, %why, retries, "NVRTC: ptxas report does not match the CUBIN; compiling again");
+            out = nvrtc::compile(&req.source, &req.name, &self.options)?;
+            mismatch = report_mismatch(&out);
+        }
+        if let Some(why) = &mismatch {
+            out.log.push_str(&format!(
+                "\nevo: after {} compiles, ptxas's report still does not match the CUBIN: {why}\n",
+                retries + 1
+            ));
+        }
         let entry = CacheEntry {
             meta: EntryMeta {
                 format: 1,
@@ -120,7 +138,7 @@ impl Compiler {
             ptx: out.ptx,
             cubin: out.cubin,
         };
-        if let Some(cache) = &self.cache {
+        if let (Some(cache), None) = (&self.cache, &mismatch) {
             if let Err(e) = cache.put(&key, &entry) {
                 tracing::warn!(dir = %cache.dir().display(), error = %e, "cannot write compile cache");
             }
@@ -166,5 +184,73 @@ impl Compiler {
     ) -> Option<Result<std::collections::BTreeMap<String, SassCounts>, resources::SassError>> {
         let tool = self.install.cuobjdump.as_ref()?;
         Some(resources::disassemble(tool, cubin).map(|s| resources::parse_sass(&s)))
+    }
+}
+
+/// Why a successful compile's ptxas report (in the log) does not describe its CUBIN:
+/// a kernel of the CUBIN missing from the report, or reported with another register
+/// count than the CUBIN's `.nv.info` records. `None` when they agree, or when there is
+/// no CUBIN to compare with (a failed compile, PTX only).
+fn report_mismatch(out: &nvrtc::NvrtcOutput) -> Option<String> {
+    let cubin = out.cubin.as_ref().filter(|_| out.success)?;
+    let elf = match resources::elf_kernels(cubin) {
+        Ok(k) => k,
+        Err(e) => return Some(e.to_string()),
+    };
+    let report = resources::parse_ptxas_report(&out.log);
+    for k in &elf {
+        match report.iter().find(|r| r.name == k.name) {
+            None => return Some(format!("kernel `{}` is not in the report", k.name)),
+            Some(r) if r.registers != k.registers => {
+                return Some(format!(
+                    "kernel `{}`: {} registers in the report, {} in the CUBIN",
+                    k.name, r.registers, k.registers
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_that_does_not_describe_the_cubin_is_a_mismatch() {
+        let options = [
+            "--gpu-architecture=sm_90a".to_string(),
+            "--ptxas-options=-v".to_string(),
+        ];
+        let source = r#"extern "C" __global__ void probe(float* x) { x[threadIdx.x] *= 2.f; }"#;
+        let out = nvrtc::compile(source, "probe.cu", &options)
+            .expect("NVRTC is required (scripts/install-cuda.sh)");
+        assert!(out.success, "{}", out.log);
+        assert_eq!(report_mismatch(&out), None, "{}", out.log);
+
+        let no_report = nvrtc::NvrtcOutput {
+            log: String::new(),
+            ..out.clone()
+        };
+        let why = report_mismatch(&no_report).expect("an empty log is a mismatch");
+        assert!(why.contains("`probe` is not in the report"), "{why}");
+
+        let registers = resources::parse_ptxas_report(&out.log)[0].registers;
+        let other = nvrtc::NvrtcOutput {
+            log: out.log.replace(
+                &format!("Used {registers} registers"),
+                &format!("Used {} registers", registers + 1),
+            ),
+            ..out.clone()
+        };
+        let why = report_mismatch(&other).expect("another register count is a mismatch");
+        assert!(why.contains("registers in the report"), "{why}");
+
+        let failed = nvrtc::NvrtcOutput {
+            success: false,
+            ..no_report
+        };
+        assert_eq!(report_mismatch(&failed), None);
     }
 }

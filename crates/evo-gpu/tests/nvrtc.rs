@@ -114,5 +114,26 @@ fn concurrent_compiles_match_serial_ones() {
         assert!(s.success && p.success);
         assert_eq!(s.cubin, p.cubin);
         assert_eq!(s.ptx, p.ptx);
+        assert_eq!(s.kernels, p.kernels);
+    }
+}
+
+/// The first compiles of a process, all at once (nextest runs each test in its own
+/// process): every result's ptxas report must describe its CUBIN. On an H200 one such
+/// compile once came back without the report; `Compiler::compile` now detects that
+/// and compiles again.
+#[test]
+fn first_compiles_of_a_process_may_run_concurrently() {
+    let c = compiler(None);
+    let requests: Vec<CompileRequest> = (0..16)
+        .map(|i| request(&MMA_KERNEL.replace("% 32]", &format!("% {}]", 40 - i))))
+        .collect();
+    for r in c.compile_many(&requests, 16) {
+        let r = r.unwrap();
+        assert!(r.success, "{}", r.log);
+        let elf = elf_kernels(r.cubin.as_ref().unwrap()).unwrap();
+        assert_eq!(elf.len(), 1);
+        let reported = r.kernel(&elf[0].name).expect("kernel in the ptxas report");
+        assert_eq!(reported.registers, elf[0].registers, "{}", r.log);
     }
 }
