@@ -3,7 +3,7 @@
 //! all of it is unit-tested on the CPU.
 
 use evo_kernels::harness::{ElemType, HostTensor, Tolerance};
-use sha2::{Digest, Sha256};
+use rayon::prelude::*;
 
 use crate::protocol::{CheckFailure, ErrorStats};
 
@@ -47,39 +47,65 @@ pub fn output_part(buffer: &[u8], guard: usize) -> &[u8] {
     &buffer[guard..buffer.len() - guard]
 }
 
-/// Compares an output with the float32 reference.
+/// Compares an output with the float32 reference. Runs on all cores over fixed chunks
+/// merged in order, so the result does not depend on the number of threads.
 pub fn compare(got: &HostTensor, reference: &[f32], tol: &Tolerance) -> ErrorStats {
+    const CHUNK: usize = 1 << 16;
     assert_eq!(
         got.len(),
         reference.len(),
         "output and reference lengths differ"
     );
-    let max_ref = reference.iter().fold(0f64, |m, r| m.max((*r as f64).abs()));
+    let max_ref = reference
+        .par_iter()
+        .fold(|| 0f64, |m, r| m.max((*r as f64).abs()))
+        .reduce(|| 0f64, f64::max);
     let atol = tol.atol_floor + tol.atol_of_max * max_ref;
+    let partials: Vec<(ErrorStats, f64, f64)> = reference
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, refs)| {
+            let mut s = ErrorStats::default();
+            let (mut err2, mut ref2) = (0f64, 0f64);
+            for (j, &r) in refs.iter().enumerate() {
+                let i = c * CHUNK + j;
+                let (g, r) = (got.get(i), r as f64);
+                let bad = if g.is_nan() {
+                    s.nan += 1;
+                    true
+                } else if g.is_infinite() {
+                    s.inf += 1;
+                    true
+                } else {
+                    let e = (g - r).abs();
+                    s.max_abs = s.max_abs.max(e);
+                    err2 += e * e;
+                    e > atol + tol.rtol * r.abs()
+                };
+                ref2 += r * r;
+                if bad {
+                    s.bad += 1;
+                    s.first_bad.get_or_insert(i);
+                }
+            }
+            (s, err2, ref2)
+        })
+        .collect();
     let mut s = ErrorStats {
         max_ref,
         ..ErrorStats::default()
     };
     let (mut err2, mut ref2) = (0f64, 0f64);
-    for (i, &r) in reference.iter().enumerate() {
-        let (g, r) = (got.get(i), r as f64);
-        let bad = if g.is_nan() {
-            s.nan += 1;
-            true
-        } else if g.is_infinite() {
-            s.inf += 1;
-            true
-        } else {
-            let e = (g - r).abs();
-            s.max_abs = s.max_abs.max(e);
-            err2 += e * e;
-            e > atol + tol.rtol * r.abs()
-        };
-        ref2 += r * r;
-        if bad {
-            s.bad += 1;
-            s.first_bad.get_or_insert(i);
+    for (p, e2, r2) in partials {
+        s.max_abs = s.max_abs.max(p.max_abs);
+        s.nan += p.nan;
+        s.inf += p.inf;
+        s.bad += p.bad;
+        if s.first_bad.is_none() {
+            s.first_bad = p.first_bad;
         }
+        err2 += e2;
+        ref2 += r2;
     }
     s.rel_l2 = if s.nan + s.inf > 0 {
         f64::INFINITY
@@ -124,10 +150,6 @@ pub fn differences(a: &[u8], b: &[u8], elem_size: usize) -> Option<(u64, usize)>
         }
     }
     first.map(|f| (count, f))
-}
-
-pub fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 #[cfg(test)]
@@ -245,6 +267,23 @@ mod tests {
         b[3] = 0;
         b[5] = 0;
         assert_eq!(differences(&a, &b, 2), Some((2, 1)));
-        assert_ne!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn comparison_over_many_chunks_counts_every_bad_element() {
+        let n = 200_000;
+        let reference: Vec<f32> = (0..n).map(|i| ((i % 97) as f32) / 97.0).collect();
+        let mut got = reference.clone();
+        got[150_000] += 0.5;
+        got[70_000] += 0.5;
+        got[n - 1] = f32::NAN;
+        let s = compare(&f16(&got), &reference, &TOL);
+        assert_eq!((s.bad, s.nan, s.first_bad), (3, 1, Some(70_000)));
+        assert!((s.max_abs - 0.5).abs() < 1e-3, "{}", s.max_abs);
+        assert_eq!(s.rel_l2, f64::INFINITY);
+        got[n - 1] = reference[n - 1];
+        let s = compare(&f16(&got), &reference, &TOL);
+        let serial_ref2: f64 = reference.iter().map(|&r| (r as f64).powi(2)).sum();
+        assert!(s.rel_l2 > 0.5 / serial_ref2.sqrt() && s.rel_l2 < 1.0 / serial_ref2.sqrt());
     }
 }

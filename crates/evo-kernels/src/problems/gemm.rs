@@ -5,8 +5,8 @@ use rand::Rng;
 
 use super::{half_precision_tolerance, DTYPES};
 use crate::harness::{
-    dtype, int, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind, ReferenceKernel,
-    TensorSpec, Tolerance,
+    dtype, int, one_hot_rows, rng, seeded_values, ArgSlot, ElemType, HostTensor, InputKind,
+    ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -123,8 +123,9 @@ impl Problem for Gemm {
         let (m, n, k) = mnk(s);
         let elem = dtype(s);
         let uniform = |t: usize, len: usize, lo: f32, hi: f32| -> Vec<f32> {
-            let mut r = rng(seed, t);
-            (0..len).map(|_| r.random_range(lo..hi)).collect()
+            seeded_values(seed, t, len, |r, chunk| {
+                chunk.iter_mut().for_each(|x| *x = r.random_range(lo..hi))
+            })
         };
         let (a, b) = match kind {
             InputKind::Random => (uniform(0, m * k, -1.0, 1.0), uniform(1, n * k, -1.0, 1.0)),
@@ -133,17 +134,12 @@ impl Problem for Gemm {
                 // |C| <= k * L^2 stays under the fp16 maximum (65504).
                 let l = (60000.0 / k as f32).sqrt();
                 let signed = |t: usize, len: usize| -> Vec<f32> {
-                    let mut r = rng(seed, t);
-                    (0..len)
-                        .map(|_| {
+                    seeded_values(seed, t, len, |r, chunk| {
+                        for x in chunk {
                             let mag = r.random_range(0.5 * l..l);
-                            if r.random::<bool>() {
-                                mag
-                            } else {
-                                -mag
-                            }
-                        })
-                        .collect()
+                            *x = if r.random::<bool>() { mag } else { -mag };
+                        }
+                    })
                 };
                 (signed(0, m * k), signed(1, n * k))
             }

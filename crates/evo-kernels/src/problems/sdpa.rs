@@ -4,7 +4,7 @@ use evo_core::{Value, Vars};
 
 use super::{half_precision_tolerance, DTYPES};
 use crate::harness::{
-    dtype, int, normal, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind,
+    dtype, int, normal_values, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind,
     ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
@@ -176,10 +176,10 @@ impl Problem for Sdpa {
             .enumerate()
             .map(|(t, spec)| {
                 let values = match kind {
-                    InputKind::Random => normal(&mut rng(seed, t), spec.len, 1.0),
+                    InputKind::Random => normal_values(seed, t, spec.len, 1.0),
                     InputKind::Zeros => vec![0.0; spec.len],
                     // Logits spread over hundreds: softmax must subtract the row max.
-                    InputKind::Large => normal(&mut rng(seed, t), spec.len, 8.0),
+                    InputKind::Large => normal_values(seed, t, spec.len, 8.0),
                     // One-hot rows of q, k and v: scores are 0 or 1 and each output
                     // row names the keys it averaged.
                     InputKind::OneHot => one_hot_rows(
