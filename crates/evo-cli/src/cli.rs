@@ -129,6 +129,20 @@ pub enum Command {
         #[command(subcommand)]
         action: BaselineAction,
     },
+    /// Benchmark the search strategies on a recorded landscape: evaluations each needs
+    /// to get within a margin of the landscape's optimum, over many seeds.
+    SearchQuality {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Landscape file (`evo export-landscape`), ideally exhaustive over the space.
+        #[arg(long)]
+        landscape: PathBuf,
+        #[arg(long, default_value_t = 20)]
+        seeds: u64,
+        /// Margin below the optimum that counts as reached (0.02: within 2%).
+        #[arg(long, default_value_t = 0.02)]
+        within: f64,
+    },
     /// Write every evaluated genome of a run with its measurements to a landscape file
     /// for the replay evaluator.
     ExportLandscape {

@@ -346,3 +346,63 @@ fn check_explains_bad_arguments() {
         .code(1)
         .stderr(contains("no shapes"));
 }
+
+#[test]
+fn search_quality_reports_coverage_and_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let landscape = root().join("tests/data/landscape_sdpa_fwd_mma_h200.json");
+    let run = || {
+        let out = evo(dir.path())
+            .args(["--json", "search-quality", "-c"])
+            .arg(root().join("configs/sdpa_replay.toml"))
+            .arg("--landscape")
+            .arg(&landscape)
+            .args(["--seeds", "5"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(&out.stdout)
+    };
+    let a = run();
+    assert_eq!(a, run(), "same seeds, same landscape, same answer");
+    let points = json(&std::fs::read(&landscape).unwrap())["points"]
+        .as_object()
+        .unwrap()
+        .len() as u64;
+    let (valid, recorded) = (
+        a["valid_genomes"].as_u64().unwrap(),
+        a["recorded"].as_u64().unwrap(),
+    );
+    assert!(
+        recorded > 0 && recorded <= points && recorded < valid,
+        "{a}"
+    );
+    assert!(a["genomes_within"].as_u64().unwrap() >= 1);
+    let strategies = a["strategies"].as_array().unwrap();
+    assert_eq!(strategies.len(), 2);
+    for s in strategies {
+        let needed: Vec<u64> = s["evaluations_needed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(needed.len() as u64, s["reached"].as_u64().unwrap());
+        assert!(needed.len() <= 5 && needed.windows(2).all(|w| w[0] <= w[1]));
+        assert!(needed.iter().all(|n| (1..=valid).contains(n)), "{s}");
+    }
+    // A landscape of another family is refused.
+    let out = evo(dir.path())
+        .args(["search-quality", "-c"])
+        .arg(root().join("configs/gemm.toml"))
+        .arg("--landscape")
+        .arg(&landscape)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("records family `sdpa_fwd_mma`"));
+}

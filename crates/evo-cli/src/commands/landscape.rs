@@ -74,3 +74,150 @@ pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// `evo search-quality`: how many evaluations each strategy needs, on a recorded
+/// landscape, to get within `within` of the landscape's optimum; `seeds` runs each.
+///
+/// A genome's fitness is its speed as the geometric mean over the recorded shapes
+/// (1 / geomean of median µs): the ratio to the optimum does not depend on a baseline.
+/// Genomes of the space that are not in the file, or failed, count as failed; the
+/// coverage is printed, so a partial landscape is never taken for an exhaustive one.
+pub fn quality(
+    templates: Option<&Path>,
+    target: &crate::cli::TargetArgs,
+    file: &Path,
+    seeds: u64,
+    within: f64,
+    json: bool,
+) -> Result<ExitCode> {
+    use evo_search::landscape::{evaluations_to_reach, simulate_until};
+    use evo_search::StrategyKind;
+
+    let loaded = crate::setup::load(templates, target)?;
+    let recorded = Landscape::load(file)?;
+    if recorded.family != loaded.config.family {
+        return Err(anyhow!(
+            "{} records family `{}`, the config searches `{}`",
+            file.display(),
+            recorded.family,
+            loaded.config.family
+        ));
+    }
+    let timed_shapes = loaded.config.shapes.len();
+    let mut landscape = evo_search::landscape::Landscape::new();
+    let (mut valid, mut recorded_valid, mut correct) = (0usize, 0usize, 0usize);
+    for genome in loaded.space.iter_valid() {
+        valid += 1;
+        let point = recorded.get(&genome.canonical());
+        recorded_valid += point.is_some() as usize;
+        let fitness = point.filter(|p| p.status == "evaluated").and_then(|p| {
+            let times: Vec<f64> = p.shapes.iter().filter_map(|s| s.median_us).collect();
+            // Every shape of the config timed (edge shapes are checked, not timed).
+            (times.len() == timed_shapes).then(|| {
+                let log_mean = times.iter().map(|t| t.ln()).sum::<f64>() / times.len() as f64;
+                (-log_mean).exp()
+            })
+        });
+        correct += fitness.is_some() as usize;
+        landscape.insert(&genome, fitness);
+    }
+    let optimum = landscape
+        .optimum()
+        .ok_or_else(|| anyhow!("{} has no evaluated genome of this space", file.display()))?;
+    let target_fitness = optimum * (1.0 - within);
+    let near = loaded
+        .space
+        .iter_valid()
+        .filter(|g| {
+            landscape
+                .outcome(g)
+                .fitness()
+                .is_some_and(|f| f >= target_fitness)
+        })
+        .count();
+    let mut rows = Vec::new();
+    for kind in [StrategyKind::Evolution, StrategyKind::Random] {
+        let mut needed: Vec<usize> = Vec::new();
+        for seed in 0..seeds {
+            let strategy =
+                evo_search::build(kind, crate::search::params(&loaded.config, Some(seed)));
+            let trace = simulate_until(
+                strategy.as_ref(),
+                &loaded.space,
+                &landscape,
+                valid,
+                target_fitness,
+            );
+            if let Some(n) = evaluations_to_reach(&trace, target_fitness) {
+                needed.push(n);
+            }
+        }
+        needed.sort_unstable();
+        rows.push((kind.name().to_string(), needed));
+    }
+    // Quantiles by linear interpolation between order statistics.
+    let quantile = |v: &[usize], p: f64| -> Option<f64> {
+        let x = (v.len().checked_sub(1)?) as f64 * p;
+        let (lo, hi) = (v[x.floor() as usize] as f64, v[x.ceil() as usize] as f64);
+        Some(lo + (hi - lo) * x.fract())
+    };
+    if json {
+        let strategies: Vec<_> = rows
+            .iter()
+            .map(|(name, needed)| {
+                serde_json::json!({
+                    "strategy": name,
+                    "evaluations_needed": needed,
+                    "reached": needed.len(),
+                    "median": quantile(needed, 0.5),
+                })
+            })
+            .collect();
+        crate::output::print_json(&serde_json::json!({
+            "landscape": file.display().to_string(),
+            "device": recorded.device,
+            "valid_genomes": valid,
+            "recorded": recorded_valid,
+            "correct": correct,
+            "within": within,
+            "genomes_within": near,
+            "seeds": seeds,
+            "strategies": strategies,
+        }))?;
+    } else {
+        println!(
+            "landscape {} ({}, {}): {recorded_valid} of {valid} valid genomes recorded, {correct} correct; \
+             {near} within {:.0}% of the optimum",
+            file.display(),
+            recorded.device,
+            recorded.source,
+            within * 100.0
+        );
+        if recorded_valid < valid {
+            println!(
+                "warning: the landscape is not exhaustive over this space; the optimum is the best recorded"
+            );
+        }
+        println!(
+            "evaluations to get within {:.0}% of the optimum, {seeds} seeds each (budget {valid}):",
+            within * 100.0
+        );
+        println!(
+            "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}",
+            "strategy", "min", "p25", "median", "p75", "max", "reached"
+        );
+        for (name, needed) in &rows {
+            let q = |p| quantile(needed, p).map_or("-".into(), |v| format!("{v:.1}"));
+            println!(
+                "{name:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5}/{seeds}",
+                q(0.0),
+                q(0.25),
+                q(0.5),
+                q(0.75),
+                q(1.0),
+                needed.len()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

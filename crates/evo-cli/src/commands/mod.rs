@@ -81,6 +81,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             progress: !no_progress,
         }),
         Command::ExportLandscape { run, out, db } => landscape::export(run, out, db),
+        Command::SearchQuality {
+            target,
+            landscape: file,
+            seeds,
+            within,
+        } => landscape::quality(templates, target, file, *seeds, *within, cli.json),
         Command::Baseline {
             action: crate::cli::BaselineAction::Import { file, run, db },
         } => crate::search::import_baseline(file, run, db),

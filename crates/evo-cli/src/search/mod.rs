@@ -61,7 +61,7 @@ struct Tally {
     best: Option<(f64, String)>,
 }
 
-fn params(cfg: &SearchConfig, seed: Option<u64>) -> SearchParams {
+pub(crate) fn params(cfg: &SearchConfig, seed: Option<u64>) -> SearchParams {
     let s = &cfg.search;
     SearchParams {
         population: s.population,
