@@ -635,3 +635,29 @@ fn export_refuses_what_it_cannot_freeze() {
     let a = evo(&db).arg("verify").arg(tmp.path()).assert().failure();
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("manifest.json"));
 }
+
+/// The GPU-side scripts at least parse (they need torch and a GPU to run).
+#[test]
+fn torch_scripts_compile() {
+    let Some(py) = python() else { return };
+    for f in [
+        "scripts/compare_torch.py",
+        "scripts/sdpa_bench.py",
+        "scripts/torch_sdpa_baseline.py",
+        "crates/evo-cli/src/export/evo_kernel.py",
+    ] {
+        let o = std::process::Command::new(py)
+            .args([
+                "-c",
+                "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
+            ])
+            .arg(root().join(f))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -241,7 +241,7 @@ class _Driver:
     def launch(self, ordinal, p, stream):
         fn = self.function(ordinal, p.variant)
         values = [_CTYPES[kind](value) for _, kind, value in p.args]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(x), ctypes.c_void_p) for x in values])
+        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
         self._push(ordinal)
         try:
             key = (ordinal, p.variant["name"])

@@ -231,9 +231,12 @@ pub enum FileCheck {
     Modified { expected: String, actual: String },
 }
 
+/// Each listed file with its check, and the folder's files the manifest does not name.
+pub type FileChecks = (Vec<(String, FileCheck)>, Vec<String>);
+
 /// Checks every file of `manifest.files`; also lists files in the folder that the
 /// manifest does not name (Python's `__pycache__` is ignored).
-pub fn check_files(dir: &Path, m: &Manifest) -> Result<(Vec<(String, FileCheck)>, Vec<String>)> {
+pub fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
     let mut out = Vec::new();
     for (name, expected) in &m.files {
         if name.contains("..") || name.starts_with('/') {
