@@ -332,6 +332,7 @@ fn export_writes_a_complete_artifact() {
     );
 
     check_python_plan(&out);
+    check_python_launch(&out);
     check_kernel_h(&out);
 
     // --force replaces it; without it, a non-empty folder is refused.
@@ -359,6 +360,10 @@ fn export_writes_a_complete_artifact() {
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
     let stderr = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(stdout.contains("hashes: ok (9 files)"), "{stdout}");
+    assert!(
+        stdout.contains("f16_hd64: 4 timed shapes + 5 correctness-only shapes"),
+        "{stdout}"
+    );
     if evo_gpu::device::probe()
         .map(|i| i.devices.is_empty())
         .unwrap_or(true)
@@ -465,6 +470,131 @@ fn check_python_plan(dir: &Path) {
     for (case, text) in expect {
         let got = errors[case].as_str().unwrap_or("(no error)");
         assert!(got.contains(text), "{case}: {got}");
+    }
+}
+
+/// evo_kernel.attention() through ctypes into a fake libcuda.so.1 (and a fake torch):
+/// the driver calls it makes, and every launch parameter as the kernel would read it.
+fn check_python_launch(dir: &Path) {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = root().join("crates/evo-cli/tests/fake_cuda");
+    let gcc = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(tmp.path().join("libcuda.so.1"))
+        .arg(fake.join("libcuda.c"))
+        .output();
+    match gcc {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("gcc: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            eprintln!("skipping the fake-driver launch check: no gcc");
+            return;
+        }
+    }
+    let log = tmp.path().join("cuda.log");
+    let o = std::process::Command::new(py)
+        .arg(root().join("crates/evo-cli/tests/artifact_launch.py"))
+        .arg(dir)
+        .env("PYTHONPATH", &fake)
+        .env("LD_LIBRARY_PATH", tmp.path())
+        .env("FAKE_CUDA_LOG", &log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["float32_error"]
+        .as_str()
+        .unwrap()
+        .contains("torch.float32"));
+    let log = std::fs::read_to_string(&log).unwrap();
+    let m = manifest(dir);
+    let variants = m["variants"].as_array().unwrap();
+    // One driver init, one module load (an ELF image) and function per variant.
+    assert_eq!(log.matches("cuInit 0").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("load 7f454c46").count(),
+        variants.len(),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("function 0x2000 sdpa_fwd").count(),
+        variants.len(),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("push").count(),
+        log.matches("pop").count(),
+        "{log}"
+    );
+    let launches: Vec<&str> = log.lines().filter(|l| l.starts_with("launch")).collect();
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(launches.len(), calls.len());
+    let problem = evo_kernels::problem("sdpa_fwd").unwrap();
+    for (line, call) in launches.iter().zip(calls) {
+        let dims: Vec<i64> = call["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        let (b, h, sq, skv, d) = (dims[0], dims[1], dims[2], dims[3], dims[4]);
+        let mut shape = shapes()[0].clone();
+        for (k, x) in [
+            ("BATCH", b),
+            ("HEADS", h),
+            ("SEQ_Q", sq),
+            ("SEQ_KV", skv),
+            ("HEAD_DIM", d),
+        ] {
+            shape.insert(k.into(), Value::Int(x));
+        }
+        let v = variants
+            .iter()
+            .find(|v| v["specialization"]["HEAD_DIM"] == d)
+            .unwrap();
+        let c = &v["launch"]["constants"];
+        let block_m = c["BLOCK_M"].as_i64().unwrap();
+        let smem = c["SMEM_BYTES"].as_i64().unwrap();
+        let ptrs: Vec<String> = call["ptrs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let mut want = format!(
+            "launch 0x3000 grid {} {h} {b} block {} 1 1 smem {smem} stream 0x5500 extra (nil) args {}",
+            (sq + block_m - 1) / block_m,
+            c["THREADS"],
+            ptrs.join(" ")
+        );
+        for a in &problem.args(&shape)[4..] {
+            match a {
+                ArgSlot::I32(x) => want.push_str(&format!(" {x}")),
+                ArgSlot::I64(x) => want.push_str(&format!(" {x}")),
+                ArgSlot::F32(x) => want.push_str(&format!(" {}", format_g7(*x))),
+                _ => unreachable!("pointers come first"),
+            }
+        }
+        assert_eq!(*line, want);
+        assert_eq!(call["out_shape"], serde_json::json!([b, h, sq, d]));
+        if smem > 48 * 1024 {
+            assert!(log.contains(&format!("attribute 0x3000 8 {smem}")), "{log}");
+        }
+    }
+}
+
+/// C's `%.7g` of the softmax scales the tests use (1/8 and 1/sqrt(128)).
+fn format_g7(x: f32) -> String {
+    match x {
+        x if x == 0.125 => "0.125".into(),
+        x if (x - 0.088_388_35).abs() < 1e-8 => "0.08838835".into(),
+        other => panic!("no %.7g for {other}"),
     }
 }
 

@@ -55,6 +55,8 @@ struct Report {
     extra_files: Vec<String>,
     gpu: Option<String>,
     differences: Vec<String>,
+    /// What the GPU part checks, per variant.
+    plan: Vec<String>,
     variants: Vec<VariantCheck>,
     shapes: Vec<ShapeCheck>,
     ok: bool,
@@ -84,6 +86,106 @@ fn rule_of(v: &Variant) -> Result<(LaunchRule, Vars)> {
         .map(|(k, x)| (k.clone(), Value::Int(*x)))
         .collect();
     Ok((rule, consts))
+}
+
+/// One variant made ready for the gates, without a GPU.
+struct Prepared {
+    candidate: Candidate,
+    compiled: Compiled,
+}
+
+/// Reads a variant's files and checks the manifest against them: the CUBIN's ELF has the
+/// registers the manifest records, and its launch rule gives the recorded launch on every
+/// recorded shape. Shapes to check: the manifest's, plus the problem's edge shapes of the
+/// specialization when the run checked edge shapes.
+fn prepare(
+    dir: &Path,
+    m: &Manifest,
+    v: &Variant,
+    config: &SearchConfig,
+    problem: &dyn evo_kernels::Problem,
+) -> Result<Prepared> {
+    let source = std::fs::read_to_string(dir.join(&v.source_file))?;
+    let cubin = std::fs::read(dir.join(&v.cubin_file))?;
+    let ptx = std::fs::read_to_string(dir.join(&v.ptx_file))?;
+    let elf = evo_gpu::resources::elf_kernels(&cubin)
+        .with_context(|| format!("reading {}", v.cubin_file))?;
+    for r in &v.resources {
+        let k = elf.iter().find(|k| k.name == r.name).ok_or_else(|| {
+            anyhow!(
+                "{} has no kernel `{}` (the manifest names it)",
+                v.cubin_file,
+                r.name
+            )
+        })?;
+        if k.registers != r.registers {
+            bail!(
+                "{}: `{}` uses {} registers, the manifest says {}",
+                v.cubin_file,
+                r.name,
+                k.registers,
+                r.registers
+            );
+        }
+    }
+    let (rule, consts) = rule_of(v)?;
+    let mut shapes: Vec<(Vars, bool)> = v
+        .shapes
+        .iter()
+        .map(|s| (s.shape.clone(), s.timed))
+        .collect();
+    if config.correctness.edge_shapes {
+        let timed: Vec<Vars> = shapes.iter().filter(|s| s.1).map(|s| s.0.clone()).collect();
+        for e in problem.edge_shapes(&timed) {
+            if !shapes.iter().any(|(s, _)| *s == e) {
+                shapes.push((e, false));
+            }
+        }
+    }
+    let mut cshapes = Vec::new();
+    for (shape, timed) in &shapes {
+        let mut all = consts.clone();
+        all.extend(shape.iter().map(|(k, x)| (k.clone(), x.clone())));
+        let dims = rule.eval(&all).with_context(|| {
+            format!("{}: launch rule on {}", v.name, evo_store::shape_key(shape))
+        })?;
+        if let Some(rec) = v.shapes.iter().find(|s| s.shape == *shape) {
+            if rec.launch != dims {
+                bail!(
+                    "{}: the manifest's launch on {} is {:?}, its launch rule gives {dims:?}",
+                    v.name,
+                    evo_store::shape_key(shape),
+                    rec.launch
+                );
+            }
+        }
+        cshapes.push(CandidateShape {
+            vars: shape.clone(),
+            launches: vec![dims],
+            timed: *timed,
+        });
+    }
+    Ok(Prepared {
+        candidate: Candidate {
+            label: format!("{}@{}", v.genome, v.name),
+            source,
+            kernels: vec![v.launch.kernel.clone()],
+            shapes: cshapes,
+        },
+        compiled: Compiled {
+            key: super::manifest::sha256_hex(&cubin),
+            arch: m.arch.clone(),
+            options: m.compile.nvrtc_options.clone(),
+            nvrtc_version: m.nvrtc_version.clone(),
+            success: true,
+            log: String::new(),
+            ptx: Some(ptx),
+            cubin: Some(cubin),
+            compile_ms: 0.0,
+            cached: true,
+            kernels: v.resources.clone(),
+        },
+    })
 }
 
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
@@ -132,6 +234,31 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
     }
     if !json {
         println!("hashes: ok ({} files)", files.len());
+    }
+
+    // Consistency, still without a GPU: the run's config, each variant's CUBIN and
+    // launch rule against the manifest.
+    let config = SearchConfig::parse(Path::new("manifest.json"), &m.source.config_toml)
+        .context("the search config stored in manifest.json")?;
+    let problem = evo_kernels::problem(&m.problem)
+        .ok_or_else(|| anyhow!("this evo does not know problem `{}`", m.problem))?;
+    let mut prepared = Vec::new();
+    for v in &m.variants {
+        let p = prepare(dir, &m, v, &config, problem)?;
+        let timed = p.candidate.shapes.iter().filter(|s| s.timed).count();
+        report.plan.push(format!(
+            "{}: {} timed shapes + {} correctness-only shapes",
+            v.name,
+            timed,
+            p.candidate.shapes.len() - timed
+        ));
+        prepared.push(p);
+    }
+    if !json {
+        println!(
+            "manifest: consistent with the CUBINs and its launch rule; to check: {}",
+            report.plan.join("; ")
+        );
     }
 
     // The GPU part.
@@ -191,10 +318,6 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
         );
     }
 
-    let config = SearchConfig::parse(Path::new("manifest.json"), &m.source.config_toml)
-        .context("the search config stored in manifest.json")?;
-    let problem = evo_kernels::problem(&m.problem)
-        .ok_or_else(|| anyhow!("this evo does not know problem `{}`", m.problem))?;
     let mut target = Target::from_arch(&here_arch)?;
     target.max_smem_per_block = device.max_smem_per_block_optin;
     let compiler = Compiler::new(
@@ -226,91 +349,18 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
 
     let rt = crate::setup::runtime()?;
     let mut all_ok = true;
-    for (i, v) in m.variants.iter().enumerate() {
-        let source = std::fs::read_to_string(dir.join(&v.source_file))?;
-        let cubin = std::fs::read(dir.join(&v.cubin_file))?;
-        let ptx = std::fs::read_to_string(dir.join(&v.ptx_file))?;
-        // The manifest's resources must describe this CUBIN.
-        let elf = evo_gpu::resources::elf_kernels(&cubin)?;
-        for r in &v.resources {
-            if let Some(k) = elf.iter().find(|k| k.name == r.name) {
-                if k.registers != r.registers {
-                    bail!(
-                        "{}: `{}` uses {} registers, the manifest says {}",
-                        v.cubin_file,
-                        r.name,
-                        k.registers,
-                        r.registers
-                    );
-                }
-            }
-        }
-        // Does NVRTC here rebuild the same CUBIN from kernel.cu? (Reported, not required.)
+    for (i, (v, p)) in m.variants.iter().zip(prepared).enumerate() {
+        // Does NVRTC here rebuild the same CUBIN from the source? (Reported, not required.)
         let rebuilt = evaluator
             .compiler
             .compile(&CompileRequest {
                 name: v.nvrtc_name.clone(),
-                source: source.clone(),
+                source: p.candidate.source.clone(),
             })
             .ok()
             .and_then(|c| c.cubin)
-            .map(|c| c == cubin);
-
-        // Shapes: the manifest's, plus the problem's edge shapes (when the run checked them).
-        let (rule, consts) = rule_of(v)?;
-        let mut shapes: Vec<(Vars, bool)> = v
-            .shapes
-            .iter()
-            .map(|s| (s.shape.clone(), s.timed))
-            .collect();
-        if config.correctness.edge_shapes {
-            let timed: Vec<Vars> = shapes.iter().filter(|s| s.1).map(|s| s.0.clone()).collect();
-            for e in problem.edge_shapes(&timed) {
-                if !shapes.iter().any(|(s, _)| *s == e) {
-                    shapes.push((e, false));
-                }
-            }
-        }
-        let mut cshapes = Vec::new();
-        for (shape, timed) in &shapes {
-            let mut all = consts.clone();
-            all.extend(shape.iter().map(|(k, x)| (k.clone(), x.clone())));
-            let dims = rule.eval(&all)?;
-            if let Some(rec) = v.shapes.iter().find(|s| s.shape == *shape) {
-                if rec.launch != dims {
-                    bail!(
-                        "{}: the manifest's launch on {} is {:?}, its launch rule gives {dims:?}",
-                        v.name,
-                        evo_store::shape_key(shape),
-                        rec.launch
-                    );
-                }
-            }
-            cshapes.push(CandidateShape {
-                vars: shape.clone(),
-                launches: vec![dims],
-                timed: *timed,
-            });
-        }
-        let candidate = Candidate {
-            label: format!("{}@{}", v.genome, v.name),
-            source,
-            kernels: vec![v.launch.kernel.clone()],
-            shapes: cshapes,
-        };
-        let compiled = Compiled {
-            key: super::manifest::sha256_hex(&cubin),
-            arch: m.arch.clone(),
-            options: m.compile.nvrtc_options.clone(),
-            nvrtc_version: m.nvrtc_version.clone(),
-            success: true,
-            log: String::new(),
-            ptx: Some(ptx),
-            cubin: Some(cubin),
-            compile_ms: 0.0,
-            cached: true,
-            kernels: v.resources.clone(),
-        };
+            .map(|c| Some(&c) == p.compiled.cubin.as_ref());
+        let (candidate, compiled) = (p.candidate, p.compiled);
         let ev = evaluator.clone();
         let verdict = rt.block_on(ev.evaluate(candidate, compiled, i as u64, salt));
         let ok = verdict.status == Status::Evaluated;
