@@ -197,6 +197,7 @@ class _Driver:
         L.cuCtxPushCurrent_v2.argtypes = [vp]
         L.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(vp)]
         L.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
+        L.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
         self.check(L.cuInit(0), "cuInit")
         self.contexts, self.functions, self.smem_set = {}, {}, {}
 
@@ -223,26 +224,34 @@ class _Driver:
             if hashlib.sha256(image).hexdigest() != MANIFEST["files"][variant["cubin_file"]]:
                 raise RuntimeError(f"{path} does not match the SHA-256 in manifest.json; the artifact was modified")
             module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-            self._push(ordinal)
+            pushed = self._push(ordinal)
             try:
                 self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), f"cuModuleLoadData({variant['cubin_file']})")
                 self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, variant["launch"]["kernel"].encode()), "cuModuleGetFunction")
             finally:
-                self._pop()
+                self._pop(pushed)
             self.functions[key] = fn
         return self.functions[key]
 
     def _push(self, ordinal):
-        self.check(self.lib.cuCtxPushCurrent_v2(self.context(ordinal)), "cuCtxPushCurrent")
+        """Makes the device's primary context current; False when it already was (as on
+        a PyTorch thread): then nothing is pushed, which keeps CUDA-graph capture happy."""
+        ctx, cur = self.context(ordinal), ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(cur)), "cuCtxGetCurrent")
+        if cur.value == ctx.value:
+            return False
+        self.check(self.lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+        return True
 
-    def _pop(self):
-        self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+    def _pop(self, pushed):
+        if pushed:
+            self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
 
     def launch(self, ordinal, p, stream):
         fn = self.function(ordinal, p.variant)
         values = [_CTYPES[kind](value) for _, kind, value in p.args]
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
-        self._push(ordinal)
+        pushed = self._push(ordinal)
         try:
             key = (ordinal, p.variant["name"])
             if p.shared_bytes > 48 * 1024 and self.smem_set.get(key, 0) < p.shared_bytes:
@@ -252,7 +261,7 @@ class _Driver:
             self.check(self.lib.cuLaunchKernel(fn, *p.grid, *p.block, p.shared_bytes, ctypes.c_void_p(stream), params, None),
                        "cuLaunchKernel")
         finally:
-            self._pop()
+            self._pop(pushed)
 
 
 _driver = None
