@@ -591,10 +591,12 @@ fn check_python_launch(dir: &Path) {
 
 /// C's `%.7g` of the softmax scales the tests use (1/8 and 1/sqrt(128)).
 fn format_g7(x: f32) -> String {
-    match x {
-        x if x == 0.125 => "0.125".into(),
-        x if (x - 0.088_388_35).abs() < 1e-8 => "0.08838835".into(),
-        other => panic!("no %.7g for {other}"),
+    if x == 0.125 {
+        "0.125".into()
+    } else if (x - 0.088_388_35).abs() < 1e-8 {
+        "0.08838835".into()
+    } else {
+        panic!("no %.7g for {x}")
     }
 }
 

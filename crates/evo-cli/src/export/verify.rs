@@ -430,6 +430,17 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
             ]);
         }
         println!("{t}");
+        let slower = report
+            .shapes
+            .iter()
+            .filter(|s| s.ratio.is_some_and(|r| r > 1.10))
+            .count();
+        if slower > 0 {
+            println!(
+                "note: {slower} shape(s) more than 10% slower than the manifest's times{} (times are reported, not judged)",
+                if report.differences.is_empty() { " on the same GPU, driver and NVRTC" } else { "; see the differences above" }
+            );
+        }
         println!(
             "{}",
             if all_ok {
