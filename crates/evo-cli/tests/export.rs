@@ -397,6 +397,7 @@ fn check_python_plan(dir: &Path) {
     let Some(py) = python() else { return };
     let script = root().join("crates/evo-cli/tests/artifact_plan.py");
     let o = std::process::Command::new(py)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(&script)
         .arg(dir)
         .output()
@@ -494,6 +495,7 @@ fn check_python_launch(dir: &Path) {
     }
     let log = tmp.path().join("cuda.log");
     let o = std::process::Command::new(py)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(root().join("crates/evo-cli/tests/artifact_launch.py"))
         .arg(dir)
         .env("PYTHONPATH", &fake)
@@ -698,6 +700,7 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
     if let Some(py) = python() {
         let script = root().join("crates/evo-cli/tests/artifact_plan.py");
         let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
             .arg(&script)
             .arg(&out)
             .output()
@@ -779,6 +782,7 @@ fn torch_scripts_compile() {
         "crates/evo-cli/src/export/evo_kernel.py",
     ] {
         let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
             .args([
                 "-c",
                 "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
