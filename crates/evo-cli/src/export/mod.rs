@@ -435,6 +435,19 @@ pub fn export(o: ExportOptions) -> Result<ExitCode> {
                 timed.join("; ")
             );
         }
+        if manifest.dispatch.mode == "per_shape" {
+            for e in &manifest.dispatch.table {
+                println!(
+                    "  dispatch {} {} -> {}",
+                    Genome::from_vars(e.specialization.clone()).canonical(),
+                    e.shape
+                        .as_ref()
+                        .map(|s| Genome::from_vars(s.clone()).canonical())
+                        .unwrap_or_default(),
+                    e.variant
+                );
+            }
+        }
         println!(
             "  files: {} {}",
             MANIFEST,
