@@ -93,6 +93,20 @@ for (B, H, SQ, SKV, D, causal, dt) in cases:
     rows.append(row)
     print(f"  {label}: evo {row['evo']['us']:.2f} us (rel L2 {row['evo']['rel_l2']:.1e})", flush=True)
 
+# The binding on real tensors beyond the contiguous case: a (batch, seq, heads, dim)
+# buffer seen as (batch, heads, seq, dim) gives other strides and must give the same
+# output; a float32 tensor must be refused with ArtifactError.
+B, H, SQ, SKV, D, causal, dt = cases[0]
+q, k, v = (torch.randn(B, s_, H, D, device="cuda", dtype=DTYPES[dt]).transpose(1, 2) for s_ in (SQ, SKV, SKV))
+same = torch.equal(evo_kernel.attention(q, k, v, causal=causal),
+                   evo_kernel.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal))
+try:
+    evo_kernel.attention(q.float(), k.float(), v.float(), causal=causal)
+    refused = None
+except evo_kernel.ArtifactError as e:
+    refused = str(e)
+print(f"strided (batch, seq, heads, dim) inputs give the contiguous result: {same}; float32 refused: {refused!r}")
+
 names = ["evo"] + list(backends)
 print()
 print(f"{'shape (BxHxSqxSkvxD)':<30}" + "".join(f"{n:>24}" for n in names))
@@ -119,8 +133,9 @@ for r in rows:
 json.dump({"format": "evo-compare-torch-1", "artifact": os.path.abspath(args.dir), "run": m["source"]["run"],
            "device": dev, "manifest_device": m["device"], "torch": torch.__version__,
            "method": "CUDA graph over input sets rotated past 2x L2, CUDA events, median (scripts/sdpa_bench.py)",
+           "strided_inputs_match": same, "float32_refused": refused,
            "rows": rows}, open(args.out, "w"), indent=1)
 print(f"wrote {args.out}")
 bad = [r["label"] for r in rows if not r["evo"]["rel_l2"] < 1e-2]
-if bad:
-    sys.exit(f"the artifact's output is off on {bad}")
+if bad or not same or refused is None:
+    sys.exit(f"the artifact's output is off on {bad}" if bad else "the binding mishandled strided or float32 inputs")
