@@ -90,7 +90,7 @@ fn unexportable(c: &Candidate) -> Option<String> {
             "candidate {} has not been evaluated yet (pending); resume the search or pick an evaluated one (`evo elites`)",
             c.id
         )),
-        Some(s) if FITNESS_STATUSES.contains(&s) && c.fitness.is_some() => None,
+        Some(s) if FITNESS_STATUSES.contains(&s) => None,
         Some(s) => Some(format!(
             "candidate {} is `{s}`{}{}: only candidates that passed every gate (evaluated, or regressed: correct but slower than the baseline) can be exported",
             c.id,
