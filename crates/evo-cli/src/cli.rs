@@ -152,6 +152,28 @@ pub enum Command {
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
     },
+    /// Write the frozen artifact of a run's best genome (or of candidate ID): manifest.json,
+    /// kernel source, PTX and CUBIN per specialization, evo_kernel.py (PyTorch), kernel.h
+    /// (C/C++), README.md. RUN is a run name or run:ID; a number is a candidate id.
+    Export {
+        #[arg(value_name = "RUN|ID")]
+        what: String,
+        /// Folder to write (must not exist or be empty, unless --force).
+        #[arg(long)]
+        out: PathBuf,
+        /// The best genome of each shape, with a dispatch table that picks by shape.
+        #[arg(long)]
+        per_shape: bool,
+        /// Replace an earlier artifact in --out.
+        #[arg(long)]
+        force: bool,
+        #[arg(long, env = "EVO_DB", default_value = "population.db")]
+        db: String,
+    },
+    /// Check an artifact: every file's SHA-256, then (on a GPU) every correctness gate and
+    /// the timing of its kernels, compared with its manifest. Exit 3 when no GPU is here
+    /// (after the hash check).
+    Verify { dir: PathBuf },
     /// Run every gate on genomes of a config's family (no search): errors and times per
     /// shape, on a GPU.
     Eval {

@@ -6,6 +6,7 @@
 
 mod cli;
 mod commands;
+mod export;
 mod output;
 mod search;
 mod setup;

@@ -111,6 +111,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json: cli.json,
             },
         ),
+        Command::Export {
+            what,
+            out,
+            per_shape,
+            force,
+            db,
+        } => crate::export::export(crate::export::ExportOptions {
+            what,
+            out,
+            db,
+            per_shape: *per_shape,
+            force: *force,
+            templates,
+            json: cli.json,
+        }),
+        Command::Verify { dir } => crate::export::verify::run(dir, cli.json),
         Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
         Command::Profile {
             file,

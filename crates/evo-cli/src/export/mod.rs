@@ -1,0 +1,699 @@
+//! `evo export` and `evo verify`: the frozen artifact a program calls without evo.
+//!
+//! `evo export RUN|ID --out DIR` takes the best genome of a run (or one candidate, or
+//! with `--per-shape` the best genome of each shape), renders and recompiles it for every
+//! specialization the run covered exactly as the search did (same template, options and
+//! architecture; the compile cache hands back the search's own CUBIN when nothing
+//! changed), and writes `manifest.json` ([`manifest`]), one `kernel.<variant>.cu`,
+//! `.ptx` and `.<arch>.cubin` per variant, `evo_kernel.py` (PyTorch, through the CUDA
+//! driver), `kernel.h` (C/C++ launch helper) and `README.md`. `evo verify DIR`
+//! ([`verify`]) checks the hashes and re-runs the gates on the current GPU.
+
+pub mod files;
+pub mod manifest;
+pub mod verify;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use evo_core::config::SearchConfig;
+use evo_core::{Genome, Space, Target, Value, Vars};
+use evo_gpu::{CompileCache, CompileRequest, Compiler};
+use evo_kernels::{Family, Problem, Specializations};
+use evo_store::{Candidate, CandidateId, Run, Store, FITNESS_STATUSES};
+
+use manifest::{
+    Abi, CompileInfo, Dispatch, DispatchEntry, LaunchRuleText, Manifest, Provenance, ShapeRecord,
+    Variant, MANIFEST, RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
+};
+
+/// Problems with a PyTorch binding (`evo_kernel.py`).
+const BOUND_PROBLEMS: [&str; 1] = ["sdpa_fwd"];
+
+pub struct ExportOptions<'a> {
+    pub what: &'a str,
+    pub out: &'a Path,
+    pub db: &'a str,
+    pub per_shape: bool,
+    pub force: bool,
+    pub templates: Option<&'a Path>,
+    pub json: bool,
+}
+
+/// The database file behind `--db`, which must exist (export never creates one).
+pub fn existing_db(db: &str) -> Result<()> {
+    let path = Path::new(
+        db.strip_prefix("sqlite://")
+            .or(db.strip_prefix("sqlite:"))
+            .unwrap_or(db),
+    );
+    if !path.is_file() {
+        bail!(
+            "no population database at {} (give the one the search wrote with --db FILE)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// What `RUN|ID` names: a run name, `run:NAME|ID`, or a candidate id (a number).
+async fn resolve(store: &Store, what: &str, db: &str) -> Result<(Run, Option<Candidate>)> {
+    if let Some(run) = what.strip_prefix("run:") {
+        let r = store
+            .run(run)
+            .await?
+            .ok_or_else(|| anyhow!("no run `{run}` in {db} (`evo runs` lists them)"))?;
+        return Ok((r, None));
+    }
+    if let Ok(id) = what.trim().trim_start_matches('#').parse::<i64>() {
+        let c = store.candidate(CandidateId(id)).await?.ok_or_else(|| {
+            anyhow!("no candidate with id {id} in {db}; to name a run by its id, write run:{id}")
+        })?;
+        let r = store
+            .run_by_id(c.run_id)
+            .await?
+            .ok_or_else(|| anyhow!("candidate {id} has no run"))?;
+        return Ok((r, Some(c)));
+    }
+    let r = store.run(what).await?.ok_or_else(|| {
+        anyhow!("no run `{what}` in {db} and it is not a candidate id (`evo runs` lists the runs)")
+    })?;
+    Ok((r, None))
+}
+
+/// Why a candidate cannot be exported, or `None` when it can.
+fn unexportable(c: &Candidate) -> Option<String> {
+    match c.status.as_deref() {
+        None => Some(format!(
+            "candidate {} has not been evaluated yet (pending); resume the search or pick an evaluated one (`evo elites`)",
+            c.id
+        )),
+        Some(s) if FITNESS_STATUSES.contains(&s) => None,
+        Some(s) => Some(format!(
+            "candidate {} is `{s}`{}{}: only candidates that passed every gate (evaluated, or regressed: correct but slower than the baseline) can be exported",
+            c.id,
+            c.gate.as_deref().map(|g| format!(" at the {g} gate")).unwrap_or_default(),
+            c.detail
+                .as_deref()
+                .filter(|d| !d.is_empty())
+                .map(|d| format!(" ({})", d.lines().next().unwrap_or("")))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// The run's config, family, target, specializations and space, as the search had them.
+struct Loaded {
+    config: SearchConfig,
+    family: Family,
+    target: Target,
+    specs: Specializations,
+    space: Space,
+}
+
+fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
+    let config_path = run
+        .search_state
+        .as_ref()
+        .and_then(|s| s.get("config_path"))
+        .and_then(|p| p.as_str())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
+    let config = SearchConfig::parse(&config_path, &run.config_toml)
+        .with_context(|| format!("the config stored with run `{}`", run.name))?;
+    let root = crate::setup::templates_root(templates, &config)?;
+    let family = Family::load(&root, &config.problem, &config.family)?;
+    let arch = run.arch.clone().ok_or_else(|| {
+        anyhow!(
+            "run `{}` recorded no architecture; cannot recompile it",
+            run.name
+        )
+    })?;
+    let target = Target::from_arch(&arch)?;
+    let specs = Specializations::new(family.problem, target.clone(), &config.shapes)
+        .map_err(|e| anyhow!("the config of run `{}`: {e}", run.name))?;
+    let space = family.space(specs.contexts())?;
+    Ok(Loaded {
+        config,
+        family,
+        target,
+        specs,
+        space,
+    })
+}
+
+/// A short name for a specialization, e.g. `f16_hd64` or `bf16_hd128_causal`: string
+/// values as they are, integers after the initials of their variable, true booleans
+/// by name, false ones left out.
+pub fn spec_tag(problem: &dyn Problem, spec: &Vars) -> String {
+    let mut parts = Vec::new();
+    for d in problem.spec_vars() {
+        match spec.get(d.name) {
+            Some(Value::Str(s)) => parts.push(s.clone()),
+            Some(Value::Int(i)) => {
+                let initials: String = d
+                    .name
+                    .split('_')
+                    .filter_map(|w| w.chars().next())
+                    .collect::<String>()
+                    .to_lowercase();
+                parts.push(format!("{initials}{i}"));
+            }
+            Some(Value::Bool(true)) => parts.push(d.name.to_lowercase()),
+            _ => {}
+        }
+    }
+    let tag: String = parts
+        .join("_")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if tag.starts_with(|c: char| c.is_ascii_digit()) || tag.is_empty() {
+        format!("v{tag}")
+    } else {
+        tag
+    }
+}
+
+/// The specialization part of a complete shape.
+fn spec_of(problem: &dyn Problem, shape: &Vars) -> Vars {
+    problem
+        .spec_vars()
+        .iter()
+        .filter_map(|d| shape.get(d.name).map(|v| (d.name.to_string(), v.clone())))
+        .collect()
+}
+
+/// The run-time part of a complete shape.
+fn runtime_of(problem: &dyn Problem, shape: &Vars) -> Vars {
+    problem
+        .shape_vars()
+        .iter()
+        .filter_map(|d| shape.get(d.name).map(|v| (d.name.to_string(), v.clone())))
+        .collect()
+}
+
+/// One variant's files, before they are written.
+struct Built {
+    variant: Variant,
+    source: String,
+    ptx: String,
+    cubin: Vec<u8>,
+}
+
+fn build_variant(
+    l: &Loaded,
+    compiler: &Compiler,
+    candidate: &Candidate,
+    spec_index: usize,
+    name: String,
+    measurements: &[evo_store::Measurement],
+) -> Result<Built> {
+    let problem = l.family.problem;
+    let genome = candidate.parse_genome()?;
+    l.space
+        .check_genome(&genome)
+        .with_context(|| format!("genome of candidate {}", candidate.id))?;
+    if let Some(r) = l.space.rejection(&genome) {
+        bail!(
+            "genome {} of candidate {} violates constraint `{}` with the current family file; the template changed since the run",
+            genome.canonical(),
+            candidate.id,
+            r.constraint
+        );
+    }
+    let spec = &l.specs.specs[spec_index];
+    let source = l.family.render(&l.space, &genome, spec_index)?;
+    // The name the search gave NVRTC (it lands in -lineinfo's debug sections), so a
+    // fresh compile gives the search's bytes too.
+    let nvrtc_name = format!(
+        "{}@{}.cu",
+        genome.canonical(),
+        Genome::from_vars(spec.clone()).canonical()
+    )
+    .replace(['/', ' '], "_");
+    let compiled = compiler.compile(&CompileRequest {
+        name: nvrtc_name.clone(),
+        source: source.clone(),
+    })?;
+    if !compiled.success {
+        bail!(
+            "genome {} ({}) no longer compiles:\n{}",
+            genome.canonical(),
+            Genome::from_vars(spec.clone()).canonical(),
+            compiled.log
+        );
+    }
+    let (Some(ptx), Some(cubin)) = (compiled.ptx.clone(), compiled.cubin.clone()) else {
+        bail!("NVRTC returned no PTX or CUBIN for {name}");
+    };
+    let spec_text = Genome::from_vars(spec.clone()).canonical();
+    let search_key = candidate
+        .resources
+        .as_ref()
+        .and_then(|r| r.as_array())
+        .and_then(|specs| {
+            specs.iter().find(|s| {
+                s.get("specialization").and_then(|x| x.as_str()) == Some(spec_text.as_str())
+            })
+        })
+        .and_then(|s| s.pointer("/compile/key"))
+        .and_then(|k| k.as_str())
+        .map(str::to_string);
+    let tensor_ops = compiler
+        .sass_counts(&cubin)
+        .and_then(|r| r.ok())
+        .and_then(|m| m.get(problem.entry()).map(|c| c.tensor.clone()));
+
+    // The launch rule with the genome's compile-time values bound.
+    if l.family.launches.len() != 1 {
+        bail!(
+            "family {} launches {} kernels; the artifact format holds single-kernel families",
+            l.family.name,
+            l.family.launches.len()
+        );
+    }
+    let rule = &l.family.launches[0];
+    let vars = l.space.vars(&genome, spec_index)?;
+    let shape_names: Vec<&str> = problem.shape_vars().iter().map(|d| d.name).collect();
+    let mut constants = BTreeMap::new();
+    for (label, e) in rule.exprs() {
+        manifest::portable_expr(e.source()).map_err(|why| {
+            anyhow!(
+                "launch rule {label} of family {}: {why}; the artifact needs expressions C and Python evaluate alike",
+                l.family.name
+            )
+        })?;
+        for v in e.variables() {
+            if shape_names.contains(&v.as_str()) {
+                continue;
+            }
+            match vars.get(&v) {
+                Some(Value::Int(i)) => {
+                    constants.insert(v, *i);
+                }
+                other => bail!(
+                    "launch rule {label} of family {} reads `{v}` = {other:?}, not an integer",
+                    l.family.name
+                ),
+            }
+        }
+    }
+    let launch = LaunchRuleText {
+        kernel: rule.kernel.clone(),
+        grid: rule.grid.clone().map(|e| e.source().to_string()),
+        block: rule.block.clone().map(|e| e.source().to_string()),
+        shared_bytes: rule.shared_bytes.source().to_string(),
+        constants,
+    };
+    let mut shapes = Vec::new();
+    for m in measurements {
+        if spec_of(problem, &m.shape_vars) != *spec {
+            continue;
+        }
+        let dims = l
+            .family
+            .launch_dims(&vars, &m.shape_vars)
+            .with_context(|| format!("launch rule on {}", m.shape))?;
+        shapes.push(ShapeRecord {
+            shape: m.shape_vars.clone(),
+            timed: m.median_us.is_some(),
+            launch: dims[0].1,
+            median_us: m.median_us,
+            p20_us: m.p20_us,
+            p80_us: m.p80_us,
+            tflops: m.tflops,
+            max_abs_err: m.max_abs_err,
+            rel_l2: m.rel_l2,
+        });
+    }
+    if !shapes.iter().any(|s| s.timed) {
+        bail!(
+            "candidate {} has no timed measurement for specialization {spec_text}; nothing to freeze",
+            candidate.id
+        );
+    }
+    let variant = Variant {
+        source_file: format!("kernel.{name}.cu"),
+        ptx_file: format!("kernel.{name}.ptx"),
+        cubin_file: format!("kernel.{name}.{}.cubin", compiled.arch),
+        name,
+        nvrtc_name,
+        candidate_id: candidate.id.0,
+        genome: genome.canonical(),
+        genome_hash: genome.hash().0,
+        status: candidate.status.clone().unwrap_or_default(),
+        fitness: candidate.fitness,
+        specialization: spec.clone(),
+        launch,
+        resources: compiled.kernels.clone(),
+        tensor_ops,
+        compile_key_matches_search: search_key.map(|k| k == compiled.key),
+        compile_key: compiled.key.clone(),
+        shapes,
+    };
+    Ok(Built {
+        variant,
+        source,
+        ptx,
+        cubin,
+    })
+}
+
+/// Makes `out` ready: created, or empty, or (with `--force`) an earlier artifact whose
+/// files are removed.
+fn prepare_out(out: &Path, force: bool) -> Result<()> {
+    if out.exists() {
+        if !out.is_dir() {
+            bail!("{} exists and is not a folder", out.display());
+        }
+        let entries: Vec<_> = std::fs::read_dir(out)?.collect::<Result<_, _>>()?;
+        if !entries.is_empty() {
+            if !force {
+                bail!(
+                    "{} exists and is not empty; choose another --out or pass --force to replace the artifact in it",
+                    out.display()
+                );
+            }
+            // Only files of an earlier artifact are removed; anything else stays.
+            if let Ok(old) = Manifest::read(out) {
+                for name in old.files.keys() {
+                    let _ = std::fs::remove_file(out.join(name));
+                }
+                let _ = std::fs::remove_file(out.join(MANIFEST));
+            }
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))
+}
+
+pub fn export(o: ExportOptions) -> Result<ExitCode> {
+    existing_db(o.db)?;
+    let rt = crate::setup::runtime()?;
+    let (manifest, notes) = rt.block_on(export_async(&o))?;
+    if o.json {
+        crate::output::print_json(&manifest)?;
+    } else {
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
+        println!(
+            "exported run {} ({} variant{}) to {}",
+            manifest.source.run,
+            manifest.variants.len(),
+            if manifest.variants.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            o.out.display()
+        );
+        for v in &manifest.variants {
+            let timed: Vec<String> = v
+                .shapes
+                .iter()
+                .filter(|s| s.timed)
+                .map(|s| {
+                    format!(
+                        "{} {:.2} us",
+                        crate::commands::check::shape_text(
+                            evo_kernels::problem(&manifest.problem).expect("known"),
+                            &s.shape
+                        ),
+                        s.median_us.unwrap_or(f64::NAN)
+                    )
+                })
+                .collect();
+            println!(
+                "  {:<18} candidate {} [{}] {}: {}",
+                v.name,
+                v.candidate_id,
+                v.genome_hash,
+                v.status,
+                timed.join("; ")
+            );
+        }
+        if manifest.dispatch.mode == "per_shape" {
+            for e in &manifest.dispatch.table {
+                println!(
+                    "  dispatch {} {} -> {}",
+                    Genome::from_vars(e.specialization.clone()).canonical(),
+                    e.shape
+                        .as_ref()
+                        .map(|s| Genome::from_vars(s.clone()).canonical())
+                        .unwrap_or_default(),
+                    e.variant
+                );
+            }
+        }
+        println!(
+            "  files: {} {}",
+            MANIFEST,
+            manifest.files.keys().cloned().collect::<Vec<_>>().join(" ")
+        );
+        println!("  check it: evo verify {}", o.out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> {
+    let store = Store::open(o.db)
+        .await
+        .with_context(|| format!("opening {}", o.db))?;
+    let (run, picked) = resolve(&store, o.what, o.db).await?;
+    if run.evaluator.starts_with("replay:") {
+        bail!(
+            "run `{}` was answered by the replay evaluator ({}): its times are recorded ones, not measurements of kernels this run compiled; export from a run searched on a GPU (--evaluator gpu)",
+            run.name,
+            run.evaluator
+        );
+    }
+    if !BOUND_PROBLEMS.contains(&run.problem.as_str()) {
+        bail!(
+            "run `{}` is for problem `{}`; evo export writes artifacts for {:?} (the ones with a PyTorch binding)",
+            run.name,
+            run.problem,
+            BOUND_PROBLEMS
+        );
+    }
+    if let Some(c) = &picked {
+        if let Some(why) = unexportable(c) {
+            bail!(why);
+        }
+        if o.per_shape {
+            bail!("--per-shape picks the best genome of each shape of a run; give a run, not candidate {}", c.id);
+        }
+    }
+    let l = load(&run, o.templates)?;
+    let problem = l.family.problem;
+    let mut notes = Vec::new();
+
+    // Every candidate that passed the gates, with its measurements.
+    let mut timed: Vec<(Candidate, Vec<evo_store::Measurement>)> = Vec::new();
+    match &picked {
+        Some(c) => timed.push((c.clone(), store.measurements(c.id).await?)),
+        None => {
+            for c in store.candidates(run.id).await? {
+                if unexportable(&c).is_none() {
+                    let ms = store.measurements(c.id).await?;
+                    timed.push((c, ms));
+                }
+            }
+        }
+    }
+    if timed.is_empty() {
+        bail!(
+            "run `{}` has no candidate that passed every gate ({}); nothing to export",
+            run.name,
+            store
+                .status_counts(run.id)
+                .await?
+                .iter()
+                .map(|(s, n)| format!("{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
+    let compiler = Compiler::new(
+        &l.target.arch,
+        &l.config.compile.options,
+        l.config.compile.max_registers,
+        Some(CompileCache::new(CompileCache::default_dir())),
+    )?;
+
+    // (candidate index, specialization index, variant name)
+    let mut chosen: Vec<(usize, usize, String)> = Vec::new();
+    let mut table = Vec::new();
+    if o.per_shape {
+        for (spec_index, shape) in &l.specs.shapes {
+            let key = evo_store::shape_key(shape);
+            let best = timed
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, ms))| {
+                    ms.iter()
+                        .find(|m| m.shape == key)
+                        .and_then(|m| m.median_us)
+                        .map(|t| (i, t))
+                })
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .ok_or_else(|| anyhow!("no candidate of run `{}` was timed on {key}", run.name))?;
+            let c = &timed[best.0].0;
+            let name = format!(
+                "{}_{}",
+                spec_tag(problem, &l.specs.specs[*spec_index]),
+                &c.hash[..8]
+            );
+            if !chosen.iter().any(|(_, _, n)| *n == name) {
+                chosen.push((best.0, *spec_index, name.clone()));
+            }
+            table.push(DispatchEntry {
+                specialization: l.specs.specs[*spec_index].clone(),
+                shape: Some(runtime_of(problem, shape)),
+                variant: name,
+            });
+        }
+    } else {
+        let best = match &picked {
+            Some(_) => 0,
+            None => {
+                // Evaluated beats regressed; then the highest fitness, then the oldest.
+                let rank = |c: &Candidate| {
+                    (
+                        c.status.as_deref() == Some("evaluated"),
+                        c.fitness.unwrap_or(f64::MIN),
+                    )
+                };
+                let mut order: Vec<usize> = (0..timed.len()).collect();
+                order.sort_by(|a, b| {
+                    let (ra, rb) = (rank(&timed[*a].0), rank(&timed[*b].0));
+                    rb.0.cmp(&ra.0).then(rb.1.total_cmp(&ra.1)).then(a.cmp(b))
+                });
+                order[0]
+            }
+        };
+        let c = &timed[best].0;
+        if c.status.as_deref() == Some("regressed") {
+            notes.push(format!(
+                "candidate {} is the fittest, but `regressed`: correct, and slower than the run's baseline on some shapes (fitness {:.3})",
+                c.id,
+                c.fitness.unwrap_or(f64::NAN)
+            ));
+        }
+        for (spec_index, spec) in l.specs.specs.iter().enumerate() {
+            let name = spec_tag(problem, spec);
+            chosen.push((best, spec_index, name.clone()));
+            table.push(DispatchEntry {
+                specialization: spec.clone(),
+                shape: None,
+                variant: name,
+            });
+        }
+    }
+
+    let mut built = Vec::new();
+    for (ci, spec_index, name) in &chosen {
+        let (c, ms) = &timed[*ci];
+        built.push(build_variant(
+            &l,
+            &compiler,
+            c,
+            *spec_index,
+            name.clone(),
+            ms,
+        )?);
+    }
+    for b in &built {
+        if b.variant.compile_key_matches_search == Some(false) {
+            notes.push(format!(
+                "{}: the compile key differs from the search's (another CUDA include path, options or template version than the search machine's); the times in the manifest were measured on the search's build of this genome",
+                b.variant.name
+            ));
+        }
+    }
+
+    prepare_out(o.out, o.force)?;
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    let mut write = |name: &str, bytes: &[u8]| -> Result<()> {
+        std::fs::write(o.out.join(name), bytes)
+            .with_context(|| format!("writing {}", o.out.join(name).display()))?;
+        files.insert(name.to_string(), manifest::sha256_hex(bytes));
+        Ok(())
+    };
+    for b in &built {
+        write(&b.variant.source_file, b.source.as_bytes())?;
+        write(&b.variant.ptx_file, b.ptx.as_bytes())?;
+        write(&b.variant.cubin_file, &b.cubin)?;
+    }
+    let params = manifest::abi_params(problem.abi())
+        .map_err(|e| anyhow!("the ABI of {}: {e}", problem.name()))?;
+    let baseline_us = store
+        .baselines(run.id)
+        .await?
+        .into_iter()
+        .map(|b| (b.shape, b.median_us))
+        .collect();
+    let mut m = Manifest {
+        schema: SCHEMA.into(),
+        evo_version: env!("CARGO_PKG_VERSION").into(),
+        exported_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        problem: problem.name().into(),
+        family: l.family.name.clone(),
+        mode: if o.per_shape { "per_shape" } else { "best" }.into(),
+        source: Provenance {
+            run: run.name.clone(),
+            run_id: run.id.0,
+            evaluator: run.evaluator.clone(),
+            config_toml: run.config_toml.clone(),
+            baseline_us,
+        },
+        device: run.device.clone(),
+        driver: run.driver.clone(),
+        nvrtc_version: compiler.nvrtc_version().into(),
+        search_nvrtc_version: run.nvrtc_version.clone(),
+        arch: compiler.arch().into(),
+        compile: CompileInfo {
+            options: l.config.compile.options.clone(),
+            max_registers: l.config.compile.max_registers,
+            nvrtc_options: compiler.options().to_vec(),
+        },
+        abi: Abi {
+            entry: problem.entry().into(),
+            text: problem.abi().into(),
+            params,
+        },
+        spec_vars: problem.spec_vars().iter().map(|d| d.name.into()).collect(),
+        shape_vars: problem.shape_vars().iter().map(|d| d.name.into()).collect(),
+        variants: built.into_iter().map(|b| b.variant).collect(),
+        dispatch: Dispatch {
+            mode: if o.per_shape {
+                "per_shape"
+            } else {
+                "specialization"
+            }
+            .into(),
+            rule: if o.per_shape {
+                RULE_PER_SHAPE
+            } else {
+                RULE_SPECIALIZATION
+            }
+            .into(),
+            table,
+        },
+        files: BTreeMap::new(),
+    };
+    write("evo_kernel.py", files::EVO_KERNEL_PY.as_bytes())?;
+    write("kernel.h", files::kernel_h(&m)?.as_bytes())?;
+    write("README.md", files::readme(&m).as_bytes())?;
+    m.files = files;
+    let text = serde_json::to_string_pretty(&m)? + "\n";
+    std::fs::write(o.out.join(MANIFEST), text)
+        .with_context(|| format!("writing {}", o.out.join(MANIFEST).display()))?;
+    Ok((m, notes))
+}

@@ -1,0 +1,458 @@
+//! `evo verify DIR`: is this artifact intact, and does it still pass on this GPU?
+//!
+//! 1. Every file against its SHA-256 in the manifest (a modified or missing file fails
+//!    the check, and no kernel of a modified artifact is run).
+//! 2. On a GPU: each variant's CUBIN (the artifact's own bytes) through evo's gates —
+//!    static, correctness on the manifest's shapes plus the problem's edge shapes with
+//!    the run's tolerances, and the timing — with launch geometry from the manifest's
+//!    launch rule; times compared with the manifest per shape. A different GPU, driver
+//!    or NVRTC is printed, not hidden. Without a GPU it stops after the hashes with
+//!    exit code 3.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use evo_core::config::SearchConfig;
+use evo_core::expr::Expr;
+use evo_core::launch::LaunchRule;
+use evo_core::{Target, Value, Vars};
+use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
+use evo_eval::pool::{Pool, WorkerCommand};
+use evo_eval::Status;
+use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
+use serde::Serialize;
+
+use super::manifest::{check_files, FileCheck, Manifest, Variant};
+use crate::output::{print_json, table};
+
+#[derive(Serialize)]
+struct ShapeCheck {
+    variant: String,
+    shape: Vars,
+    timed: bool,
+    max_abs_err: Option<f64>,
+    rel_l2: Option<f64>,
+    median_us: Option<f64>,
+    manifest_us: Option<f64>,
+    /// Now over the manifest's time.
+    ratio: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct VariantCheck {
+    variant: String,
+    status: String,
+    detail: String,
+    /// Whether NVRTC here rebuilds the same CUBIN from kernel.cu.
+    rebuilt_identical: Option<bool>,
+}
+
+#[derive(Serialize, Default)]
+struct Report {
+    files: Vec<(String, FileCheck)>,
+    extra_files: Vec<String>,
+    gpu: Option<String>,
+    differences: Vec<String>,
+    /// What the GPU part checks, per variant.
+    plan: Vec<String>,
+    variants: Vec<VariantCheck>,
+    shapes: Vec<ShapeCheck>,
+    ok: bool,
+}
+
+/// The launch rule of a variant as evo evaluates it.
+fn rule_of(v: &Variant) -> Result<(LaunchRule, Vars)> {
+    let e = |s: &String| Expr::parse(s).with_context(|| format!("launch rule of {}", v.name));
+    let rule = LaunchRule {
+        kernel: v.launch.kernel.clone(),
+        grid: [
+            e(&v.launch.grid[0])?,
+            e(&v.launch.grid[1])?,
+            e(&v.launch.grid[2])?,
+        ],
+        block: [
+            e(&v.launch.block[0])?,
+            e(&v.launch.block[1])?,
+            e(&v.launch.block[2])?,
+        ],
+        shared_bytes: e(&v.launch.shared_bytes)?,
+    };
+    let consts = v
+        .launch
+        .constants
+        .iter()
+        .map(|(k, x)| (k.clone(), Value::Int(*x)))
+        .collect();
+    Ok((rule, consts))
+}
+
+/// One variant made ready for the gates, without a GPU.
+struct Prepared {
+    candidate: Candidate,
+    compiled: Compiled,
+}
+
+/// Reads a variant's files and checks the manifest against them: the CUBIN's ELF has the
+/// registers the manifest records, and its launch rule gives the recorded launch on every
+/// recorded shape. Shapes to check: the manifest's, plus the problem's edge shapes of the
+/// specialization when the run checked edge shapes.
+fn prepare(
+    dir: &Path,
+    m: &Manifest,
+    v: &Variant,
+    config: &SearchConfig,
+    problem: &dyn evo_kernels::Problem,
+) -> Result<Prepared> {
+    let source = std::fs::read_to_string(dir.join(&v.source_file))?;
+    let cubin = std::fs::read(dir.join(&v.cubin_file))?;
+    let ptx = std::fs::read_to_string(dir.join(&v.ptx_file))?;
+    let elf = evo_gpu::resources::elf_kernels(&cubin)
+        .with_context(|| format!("reading {}", v.cubin_file))?;
+    for r in &v.resources {
+        let k = elf.iter().find(|k| k.name == r.name).ok_or_else(|| {
+            anyhow!(
+                "{} has no kernel `{}` (the manifest names it)",
+                v.cubin_file,
+                r.name
+            )
+        })?;
+        if k.registers != r.registers {
+            bail!(
+                "{}: `{}` uses {} registers, the manifest says {}",
+                v.cubin_file,
+                r.name,
+                k.registers,
+                r.registers
+            );
+        }
+    }
+    let (rule, consts) = rule_of(v)?;
+    let mut shapes: Vec<(Vars, bool)> = v
+        .shapes
+        .iter()
+        .map(|s| (s.shape.clone(), s.timed))
+        .collect();
+    if config.correctness.edge_shapes {
+        let timed: Vec<Vars> = shapes.iter().filter(|s| s.1).map(|s| s.0.clone()).collect();
+        for e in problem.edge_shapes(&timed) {
+            if !shapes.iter().any(|(s, _)| *s == e) {
+                shapes.push((e, false));
+            }
+        }
+    }
+    let mut cshapes = Vec::new();
+    for (shape, timed) in &shapes {
+        let mut all = consts.clone();
+        all.extend(shape.iter().map(|(k, x)| (k.clone(), x.clone())));
+        let dims = rule.eval(&all).with_context(|| {
+            format!("{}: launch rule on {}", v.name, evo_store::shape_key(shape))
+        })?;
+        if let Some(rec) = v.shapes.iter().find(|s| s.shape == *shape) {
+            if rec.launch != dims {
+                bail!(
+                    "{}: the manifest's launch on {} is {:?}, its launch rule gives {dims:?}",
+                    v.name,
+                    evo_store::shape_key(shape),
+                    rec.launch
+                );
+            }
+        }
+        cshapes.push(CandidateShape {
+            vars: shape.clone(),
+            launches: vec![dims],
+            timed: *timed,
+        });
+    }
+    Ok(Prepared {
+        candidate: Candidate {
+            label: format!("{}@{}", v.genome, v.name),
+            source,
+            kernels: vec![v.launch.kernel.clone()],
+            shapes: cshapes,
+        },
+        compiled: Compiled {
+            key: super::manifest::sha256_hex(&cubin),
+            arch: m.arch.clone(),
+            options: m.compile.nvrtc_options.clone(),
+            nvrtc_version: m.nvrtc_version.clone(),
+            success: true,
+            log: String::new(),
+            ptx: Some(ptx),
+            cubin: Some(cubin),
+            compile_ms: 0.0,
+            cached: true,
+            kernels: v.resources.clone(),
+        },
+    })
+}
+
+pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
+    let m = Manifest::read(dir)?;
+    let mut report = Report::default();
+    let (files, extra) = check_files(dir, &m)?;
+    let bad: Vec<&(String, FileCheck)> =
+        files.iter().filter(|(_, c)| *c != FileCheck::Ok).collect();
+    if !json {
+        println!(
+            "artifact {}: {} {} from run `{}` ({} variant{}), schema {}",
+            dir.display(),
+            m.problem,
+            m.family,
+            m.source.run,
+            m.variants.len(),
+            if m.variants.len() == 1 { "" } else { "s" },
+            m.schema
+        );
+        for (name, c) in &bad {
+            match c {
+                FileCheck::Missing => println!("  MISSING   {name}"),
+                FileCheck::Modified { expected, actual } => {
+                    println!("  MODIFIED  {name}: sha256 {actual}, the manifest says {expected}")
+                }
+                FileCheck::Ok => {}
+            }
+        }
+        for name in &extra {
+            println!("  note: {name} is not part of the artifact");
+        }
+    }
+    report.files = files.clone();
+    report.extra_files = extra;
+    if !bad.is_empty() {
+        if json {
+            print_json(&report)?;
+        } else {
+            println!(
+                "hashes: {} of {} files do not match manifest.json: the artifact was modified; its kernels are not run",
+                bad.len(),
+                files.len()
+            );
+        }
+        return Ok(ExitCode::from(1));
+    }
+    if !json {
+        println!("hashes: ok ({} files)", files.len());
+    }
+
+    // Consistency, still without a GPU: the run's config, each variant's CUBIN and
+    // launch rule against the manifest.
+    let config = SearchConfig::parse(Path::new("manifest.json"), &m.source.config_toml)
+        .context("the search config stored in manifest.json")?;
+    let problem = evo_kernels::problem(&m.problem)
+        .ok_or_else(|| anyhow!("this evo does not know problem `{}`", m.problem))?;
+    let mut prepared = Vec::new();
+    for v in &m.variants {
+        let p = prepare(dir, &m, v, &config, problem)?;
+        let timed = p.candidate.shapes.iter().filter(|s| s.timed).count();
+        report.plan.push(format!(
+            "{}: {} timed shapes + {} correctness-only shapes",
+            v.name,
+            timed,
+            p.candidate.shapes.len() - timed
+        ));
+        prepared.push(p);
+    }
+    if !json {
+        println!(
+            "manifest: consistent with the CUBINs and its launch rule; to check: {}",
+            report.plan.join("; ")
+        );
+    }
+
+    // The GPU part.
+    let (gpus, info) = match crate::setup::gpus("0") {
+        Ok(g) => g,
+        Err(e) => {
+            if json {
+                report.ok = false;
+                print_json(&report)?;
+            }
+            return Err(
+                e.context("hashes are ok, but the correctness and timing checks cannot run here")
+            );
+        }
+    };
+    let device = &info.devices[gpus[0] as usize];
+    let here_arch =
+        Target::arch_for_capability(device.compute_capability.0, device.compute_capability.1);
+    let driver = format!(
+        "CUDA {}.{}",
+        info.cuda_version / 1000,
+        (info.cuda_version % 1000) / 10
+    );
+    let nvrtc = evo_gpu::nvrtc::version()
+        .map(|(a, b)| format!("{a}.{b}"))
+        .map_err(|e| {
+            crate::MissingComponent(format!(
+                "verify needs NVRTC (for the SASS check and the rebuild): {e}"
+            ))
+        })?;
+    report.gpu = Some(format!(
+        "{} ({here_arch}), {driver}, NVRTC {nvrtc}",
+        device.name
+    ));
+    let mut differ = |what: &str, then: Option<&str>, now: &str| {
+        if then.is_some_and(|t| t != now) {
+            report.differences.push(format!(
+                "{what}: the manifest's measurements come from {}, this is {now}",
+                then.unwrap_or("?")
+            ));
+        }
+    };
+    differ("GPU", m.device.as_deref(), &device.name);
+    differ("driver", m.driver.as_deref(), &driver);
+    differ("NVRTC", Some(&m.nvrtc_version), &nvrtc);
+    if !json {
+        println!("GPU: {}", report.gpu.as_deref().unwrap_or(""));
+        for d in &report.differences {
+            println!("  DIFFERENT {d}");
+        }
+    }
+    if here_arch != m.arch {
+        bail!(
+            "the artifact's CUBINs are for {}; GPU 0 ({}) is {here_arch}: they cannot run here",
+            m.arch,
+            device.name
+        );
+    }
+
+    let mut target = Target::from_arch(&here_arch)?;
+    target.max_smem_per_block = device.max_smem_per_block_optin;
+    let compiler = Compiler::new(
+        &m.arch,
+        &m.compile.options,
+        m.compile.max_registers,
+        Some(CompileCache::new(CompileCache::default_dir())),
+    )?;
+    let workers = gpus
+        .iter()
+        .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let evaluator = Evaluator {
+        problem,
+        compiler,
+        pool: Pool::new(workers, config.timeouts.clone()),
+        gates: GateSettings {
+            target,
+            static_rules: config.static_rules.clone(),
+            correctness: config.correctness.clone(),
+            timing: config.timing.enabled.then(|| config.timing.clone()),
+        },
+    };
+    let evaluator = Arc::new(evaluator);
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+
+    let rt = crate::setup::runtime()?;
+    let mut all_ok = true;
+    for (i, (v, p)) in m.variants.iter().zip(prepared).enumerate() {
+        // Does NVRTC here rebuild the same CUBIN from the source? (Reported, not required.)
+        let rebuilt = evaluator
+            .compiler
+            .compile(&CompileRequest {
+                name: v.nvrtc_name.clone(),
+                source: p.candidate.source.clone(),
+            })
+            .ok()
+            .and_then(|c| c.cubin)
+            .map(|c| Some(&c) == p.compiled.cubin.as_ref());
+        let (candidate, compiled) = (p.candidate, p.compiled);
+        let ev = evaluator.clone();
+        let verdict = rt.block_on(ev.evaluate(candidate, compiled, i as u64, salt));
+        let ok = verdict.status == Status::Evaluated;
+        all_ok &= ok;
+        report.variants.push(VariantCheck {
+            variant: v.name.clone(),
+            status: verdict.status.name().into(),
+            detail: verdict.detail.clone(),
+            rebuilt_identical: rebuilt,
+        });
+        if let Some(r) = &verdict.result {
+            for s in &r.shapes {
+                let w = s.worst();
+                let rec = v.shapes.iter().find(|x| x.shape == s.vars);
+                let now = s.timing.as_ref().map(|t| t.median_us);
+                let then = rec.and_then(|x| x.median_us);
+                report.shapes.push(ShapeCheck {
+                    variant: v.name.clone(),
+                    shape: s.vars.clone(),
+                    timed: rec.is_some_and(|x| x.timed),
+                    max_abs_err: w.map(|w| w.max_abs),
+                    rel_l2: w.map(|w| w.rel_l2),
+                    median_us: now,
+                    manifest_us: then,
+                    ratio: now.zip(then).map(|(a, b)| a / b),
+                });
+            }
+        }
+    }
+    rt.block_on(evaluator.pool.shutdown());
+    report.ok = all_ok;
+    if json {
+        print_json(&report)?;
+    } else {
+        for v in &report.variants {
+            println!(
+                "{}: {}{}{}",
+                v.variant,
+                if v.status == "evaluated" { "correct" } else { &v.status },
+                if v.detail.is_empty() { String::new() } else { format!(" ({})", v.detail.lines().next().unwrap_or("")) },
+                match v.rebuilt_identical {
+                    Some(true) => "; NVRTC here rebuilds the identical CUBIN",
+                    Some(false) => "; NVRTC here builds a different CUBIN from the source (the artifact's was run)",
+                    None => "",
+                }
+            );
+        }
+        let mut t = table(&[
+            "variant",
+            "shape",
+            "max abs err",
+            "rel L2",
+            "now µs",
+            "manifest µs",
+            "now / manifest",
+        ]);
+        for s in &report.shapes {
+            let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
+            t.add_row(vec![
+                s.variant.clone(),
+                crate::commands::check::shape_text(problem, &s.shape),
+                s.max_abs_err.map_or("-".into(), |x| format!("{x:.2e}")),
+                s.rel_l2.map_or("-".into(), |x| format!("{x:.2e}")),
+                f(s.median_us),
+                f(s.manifest_us),
+                s.ratio.map_or("-".into(), |x| format!("{x:.3}")),
+            ]);
+        }
+        println!("{t}");
+        let slower = report
+            .shapes
+            .iter()
+            .filter(|s| s.ratio.is_some_and(|r| r > 1.10))
+            .count();
+        if slower > 0 {
+            println!(
+                "note: {slower} shape(s) more than 10% slower than the manifest's times{} (times are reported, not judged)",
+                if report.differences.is_empty() { " on the same GPU, driver and NVRTC" } else { "; see the differences above" }
+            );
+        }
+        println!(
+            "{}",
+            if all_ok {
+                "verify: ok (every variant passed every correctness check on this GPU)"
+            } else {
+                "verify: FAILED (a variant did not pass the gates on this GPU)"
+            }
+        );
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

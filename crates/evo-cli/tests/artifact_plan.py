@@ -1,0 +1,83 @@
+"""Drives an artifact's evo_kernel.plan() with fake tensors (no torch, no GPU) for
+crates/evo-cli/tests/export.rs: prints JSON with the plan of every shape in the
+manifest, the error message of each bad call, and the dispatch picks of a few shapes."""
+import json, sys
+
+sys.path.insert(0, sys.argv[1])
+import evo_kernel as ek  # noqa: E402
+
+
+class DType:
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return self.name
+
+
+class Fake:
+    """What plan() reads of a torch.Tensor."""
+
+    def __init__(self, shape, dtype="torch.float16", ptr=4096, strides=None, device="cuda:0"):
+        self.shape = tuple(shape)
+        self.dtype = DType(dtype)
+        self.device = device
+        self.is_cuda = device.startswith("cuda")
+        self._ptr = ptr
+        if strides is None:
+            strides, acc = [], 1
+            for n in reversed(self.shape):
+                strides.insert(0, acc)
+                acc *= n
+        self._strides = tuple(strides)
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def qkv(b, h, sq, skv, d, **kw):
+    return Fake((b, h, sq, d), ptr=4096, **kw), Fake((b, h, skv, d), ptr=8192, **kw), Fake((b, h, skv, d), ptr=12288, **kw)
+
+
+out = {"plans": [], "errors": {}, "picks": {}}
+for v in ek.MANIFEST["variants"]:
+    for s in v["shapes"]:
+        sh = s["shape"]
+        q, k, vv = qkv(sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"], sh["HEAD_DIM"])
+        p = ek.plan(q, k, vv, causal=sh["CAUSAL"])
+        d = p.as_dict()
+        if d["variant"] != v["name"] and ek.MANIFEST["dispatch"]["mode"] == "specialization":
+            raise SystemExit(f"dispatch picked {d['variant']} for a shape of {v['name']}")
+        if d["variant"] == v["name"]:
+            d["shape"] = sh
+            out["plans"].append(d)
+
+cases = {
+    "float32": lambda: ek.plan(*qkv(1, 8, 64, 64, 64, dtype="torch.float32")),
+    "cpu": lambda: ek.plan(*qkv(1, 8, 64, 64, 64, device="cpu")),
+    "head_dim_96": lambda: ek.plan(*qkv(1, 8, 64, 64, 96)),
+    "causal": lambda: ek.plan(*qkv(1, 8, 64, 64, 64), causal=True),
+    "last_dim_strided": lambda: ek.plan(Fake((1, 8, 64, 64), strides=(65536, 8192, 128, 2)), *qkv(1, 8, 64, 64, 64)[1:]),
+    "seq_stride_odd": lambda: ek.plan(Fake((1, 8, 64, 64), strides=(8 * 64 * 68, 64 * 68, 68, 1)), *qkv(1, 8, 64, 64, 64)[1:]),
+    "misaligned": lambda: ek.plan(Fake((1, 8, 64, 64), ptr=4098), *qkv(1, 8, 64, 64, 64)[1:]),
+    "kv_mismatch": lambda: ek.plan(Fake((1, 8, 64, 64)), Fake((1, 8, 32, 64)), Fake((1, 8, 33, 64))),
+    "three_d": lambda: ek.plan(Fake((8, 64, 64)), *qkv(1, 8, 64, 64, 64)[1:]),
+    "mixed_dtypes": lambda: ek.plan(Fake((1, 8, 64, 64), dtype="torch.bfloat16"), *qkv(1, 8, 64, 64, 64)[1:]),
+    "grid_z": lambda: ek.plan(*qkv(70000, 1, 64, 64, 64)),
+}
+for name, call in cases.items():
+    try:
+        call()
+        out["errors"][name] = None
+    except ek.ArtifactError as e:
+        out["errors"][name] = str(e)
+
+for b, h, s, d in [(2, 8, 2048, 64), (2, 8, 1800, 64), (1, 8, 600, 64), (3, 8, 512, 128)]:
+    try:
+        out["picks"][f"{b},{h},{s},{d}"] = ek.plan(*qkv(b, h, s, s, d)).variant["name"]
+    except ek.ArtifactError as e:
+        out["picks"][f"{b},{h},{s},{d}"] = str(e)
+print(json.dumps(out))

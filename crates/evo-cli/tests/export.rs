@@ -1,0 +1,799 @@
+//! `evo export` and `evo verify` without a GPU: a population database written through
+//! the evo-store API with measurements of real sdpa_fwd_mma genomes, exported for real
+//! (NVRTC compiles the CUBINs), then the layout, the manifest, the hashes, a standalone
+//! compile of kernel.cu, the Python binding's launch plan (with fake tensors, no torch),
+//! kernel.h's launch rule (through g++), the refusals and tamper detection.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use evo_core::{Genome, Value, Vars};
+use evo_kernels::harness::ArgSlot;
+use evo_store::{CandidateResult, NewCandidate, NewMeasurement, NewRun, Origin, Store};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const A: &str = "BLOCK_M=64,BLOCK_N=64,EPILOGUE=direct,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=3,SWIZZLE=xor,WARP_SPEC=off";
+const B: &str = "BLOCK_M=128,BLOCK_N=32,EPILOGUE=smem,NUM_WARPS=8,PRODUCER_WARPS=1,Q_IN_REGS=false,STAGES=2,SWIZZLE=pad,WARP_SPEC=off";
+const C: &str = "BLOCK_M=64,BLOCK_N=32,EPILOGUE=direct,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,WARP_SPEC=off";
+
+/// The five shapes of configs/sdpa.toml, complete.
+fn shapes() -> Vec<Vars> {
+    [
+        (1, 8, 512, 64),
+        (2, 8, 512, 64),
+        (2, 8, 2048, 64),
+        (2, 8, 512, 128),
+        (4, 8, 2048, 64),
+    ]
+    .iter()
+    .map(|&(b, h, s, d)| {
+        let mut v = Vars::new();
+        for (k, x) in [
+            ("BATCH", b),
+            ("HEADS", h),
+            ("SEQ_Q", s),
+            ("SEQ_KV", s),
+            ("HEAD_DIM", d),
+        ] {
+            v.insert(k.into(), Value::Int(x));
+        }
+        v.insert("DTYPE".into(), Value::Str("f16".into()));
+        v.insert("CAUSAL".into(), Value::Bool(false));
+        v
+    })
+    .collect()
+}
+
+fn measurement(shape: &Vars, median: Option<f64>) -> NewMeasurement {
+    NewMeasurement {
+        shape: shape.clone(),
+        median_us: median,
+        p20_us: median.map(|m| m * 0.98),
+        p80_us: median.map(|m| m * 1.03),
+        samples: median.map(|m| vec![m; 3]).unwrap_or_default(),
+        tflops: median.map(|m| 100.0 / m),
+        peak_fraction: None,
+        max_abs_err: Some(1.5e-3),
+        rel_l2: Some(4e-4),
+    }
+}
+
+/// A database with run `night` (GPU evaluator): A evaluated (fitness 1.2, fastest on every
+/// shape but the third), B evaluated (fitness 1.0, fastest on the third), C incorrect, a
+/// pending genome; and run `replayed` (replay evaluator). Returns the candidate ids.
+fn fixture(db: &Path) -> BTreeMap<&'static str, i64> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(db.to_str().unwrap()).await.unwrap();
+        let config = std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap();
+        let new_run = |name: &str, evaluator: &str| NewRun {
+            name: name.into(),
+            config_toml: config.clone(),
+            problem: "sdpa_fwd".into(),
+            family: "sdpa_fwd_mma".into(),
+            seed: 1,
+            strategy: "evolution".into(),
+            evaluator: evaluator.into(),
+            device: Some("NVIDIA H100 80GB HBM3".into()),
+            driver: Some("CUDA 13.0".into()),
+            nvrtc_version: Some("13.0".into()),
+            arch: Some("sm_90a".into()),
+        };
+        let run = store.create_run(&new_run("night", "gpu")).await.unwrap();
+        let replayed = store
+            .create_run(&new_run("replayed", "replay:landscape.json"))
+            .await
+            .unwrap();
+        let genomes = [A, B, C, "BLOCK_M=32,BLOCK_N=32,EPILOGUE=direct,NUM_WARPS=2,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,WARP_SPEC=off"];
+        let ids = store
+            .insert_candidates(
+                run,
+                &genomes
+                    .iter()
+                    .map(|g| NewCandidate::new(Genome::parse(g).unwrap(), 0, Origin::Random))
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap();
+        let rids = store
+            .insert_candidates(replayed, &[NewCandidate::new(Genome::parse(A).unwrap(), 0, Origin::Seed)])
+            .await
+            .unwrap();
+        let mut edge = shapes()[0].clone();
+        edge.insert("SEQ_Q".into(), Value::Int(77));
+        edge.insert("SEQ_KV".into(), Value::Int(77));
+        edge.insert("HEADS".into(), Value::Int(3));
+        let times = |g: usize| -> Vec<NewMeasurement> {
+            let mut v: Vec<NewMeasurement> = shapes()
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let fast = (g == 0) != (i == 2);
+                    measurement(s, Some(if fast { 10.0 + i as f64 } else { 20.0 + i as f64 }))
+                })
+                .collect();
+            v.push(measurement(&edge, None));
+            v
+        };
+        let ok = |fitness: f64| CandidateResult {
+            status: "evaluated".into(),
+            gate: None,
+            detail: Some(String::new()),
+            resources: None,
+            fitness: Some(fitness),
+            eval_ms: Some(1000.0),
+            source_key: None,
+        };
+        store.record_result(ids[0], &ok(1.2), &times(0)).await.unwrap();
+        store.record_result(ids[1], &ok(1.0), &times(1)).await.unwrap();
+        store.record_result(rids[0], &ok(1.5), &times(0)).await.unwrap();
+        let bad = CandidateResult {
+            status: "incorrect".into(),
+            gate: Some("correctness".into()),
+            detail: Some("rel L2 0.3 > 0.01 on BATCH=1,HEADS=2,SEQ_Q=77".into()),
+            ..ok(1.0)
+        };
+        store
+            .record_result(ids[2], &CandidateResult { fitness: None, ..bad }, &[])
+            .await
+            .unwrap();
+        store.close().await;
+        BTreeMap::from([
+            ("best", ids[0].0),
+            ("second", ids[1].0),
+            ("incorrect", ids[2].0),
+            ("pending", ids[3].0),
+            ("replayed", rids[0].0),
+        ])
+    })
+}
+
+fn evo(db: &Path) -> Command {
+    let mut c = Command::cargo_bin("evo").unwrap();
+    // A fresh compile cache per database: the CUBIN bytes then come from this compile
+    // (-lineinfo records the source name and folder, which the cache key leaves out).
+    c.env("EVO_DB", db)
+        .env("EVO_CACHE_DIR", db.with_extension("cache"))
+        .arg("--templates")
+        .arg(root().join("templates"));
+    c
+}
+
+fn manifest(dir: &Path) -> Json {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+fn sha256(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+fn python() -> Option<&'static str> {
+    let ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping the Python checks: no python3");
+    }
+    ok.then_some("python3")
+}
+
+#[test]
+fn export_writes_a_complete_artifact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    let out = tmp.path().join("art");
+    let o = evo(&db)
+        .args(["export", "night", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&o.get_output().stdout).to_string();
+    assert!(text.contains("evo verify"), "{text}");
+
+    // Layout: every file present, hashes as the manifest says.
+    let m = manifest(&out);
+    let files = m["files"].as_object().unwrap();
+    let mut names: Vec<&str> = files.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "README.md",
+            "evo_kernel.py",
+            "kernel.f16_hd128.cu",
+            "kernel.f16_hd128.ptx",
+            "kernel.f16_hd128.sm_90a.cubin",
+            "kernel.f16_hd64.cu",
+            "kernel.f16_hd64.ptx",
+            "kernel.f16_hd64.sm_90a.cubin",
+            "kernel.h",
+        ]
+    );
+    for (name, hash) in files {
+        assert_eq!(sha256(&out.join(name)), hash.as_str().unwrap(), "{name}");
+    }
+    let on_disk: usize = std::fs::read_dir(&out).unwrap().count();
+    assert_eq!(
+        on_disk,
+        files.len() + 1,
+        "only the listed files and manifest.json"
+    );
+
+    // Manifest schema: every field the format promises.
+    assert_eq!(m["schema"], "evo-artifact-1");
+    for key in [
+        "evo_version",
+        "exported_unix",
+        "problem",
+        "family",
+        "mode",
+        "source",
+        "device",
+        "driver",
+        "nvrtc_version",
+        "search_nvrtc_version",
+        "arch",
+        "compile",
+        "abi",
+        "spec_vars",
+        "shape_vars",
+        "variants",
+        "dispatch",
+        "files",
+    ] {
+        assert!(!m[key].is_null(), "manifest lacks {key}");
+    }
+    assert_eq!(m["problem"], "sdpa_fwd");
+    assert_eq!(m["family"], "sdpa_fwd_mma");
+    assert_eq!(m["device"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(m["arch"], "sm_90a");
+    assert_eq!(m["source"]["run"], "night");
+    assert_eq!(
+        m["compile"]["options"],
+        serde_json::json!(["-std=c++17", "-lineinfo"])
+    );
+    let params = m["abi"]["params"].as_array().unwrap();
+    assert_eq!(params.len(), 21);
+    assert_eq!(params[20]["name"], "softmax_scale");
+    let variants = m["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 2);
+    for v in variants {
+        assert_eq!(v["candidate_id"], ids["best"]);
+        assert_eq!(v["genome"], A);
+        for key in [
+            "specialization",
+            "launch",
+            "resources",
+            "shapes",
+            "compile_key",
+            "cubin_file",
+        ] {
+            assert!(!v[key].is_null(), "variant lacks {key}");
+        }
+        assert_eq!(v["launch"]["grid"][0], "ceil_div(SEQ_Q, BLOCK_M)");
+        assert_eq!(v["launch"]["constants"]["BLOCK_M"], 64);
+    }
+    let hd64 = &variants[0];
+    assert_eq!(hd64["name"], "f16_hd64");
+    assert_eq!(
+        hd64["specialization"],
+        serde_json::json!({"CAUSAL": false, "DTYPE": "f16", "HEAD_DIM": 64})
+    );
+    // Four timed shapes of head dim 64 plus the edge shape, with the database's numbers.
+    let shapes = hd64["shapes"].as_array().unwrap();
+    assert_eq!(shapes.len(), 5);
+    assert_eq!(shapes.iter().filter(|s| s["timed"] == true).count(), 4);
+    assert_eq!(shapes[0]["median_us"], 10.0);
+    assert_eq!(shapes[0]["max_abs_err"], 1.5e-3);
+    // (1, 8, 512): grid ceil(512/64) x 8 x 1, 128 threads.
+    assert_eq!(shapes[0]["launch"]["grid"], serde_json::json!([8, 8, 1]));
+    assert_eq!(shapes[0]["launch"]["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(m["dispatch"]["mode"], "specialization");
+
+    // kernel.cu is self-contained: NVRTC compiles it alone (only CUDA's own headers),
+    // to the very CUBIN of the artifact when given the manifest's options.
+    let source = std::fs::read_to_string(out.join("kernel.f16_hd64.cu")).unwrap();
+    assert!(
+        !source.contains("#include \""),
+        "kernel.cu includes a local header"
+    );
+    assert!(source.contains("extern \"C\" __global__"));
+    let options: Vec<String> = m["compile"]["nvrtc_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect();
+    // (Under the name the search gave NVRTC, which -lineinfo records.)
+    let name = m["variants"][0]["nvrtc_name"].as_str().unwrap();
+    assert_eq!(name, format!("{A}@CAUSAL=false,DTYPE=f16,HEAD_DIM=64.cu"));
+    let compiled = evo_gpu::nvrtc::compile(&source, name, &options).unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    assert_eq!(
+        hex::encode(Sha256::digest(compiled.cubin.unwrap())),
+        sha256(&out.join("kernel.f16_hd64.sm_90a.cubin")),
+        "recompiling kernel.cu gives the artifact's CUBIN"
+    );
+    assert!(std::fs::read_to_string(out.join("kernel.f16_hd64.ptx"))
+        .unwrap()
+        .contains(".entry sdpa_fwd"));
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        readme.contains("from evo_kernel import attention"),
+        "{readme}"
+    );
+
+    check_python_plan(&out);
+    check_python_launch(&out);
+    check_kernel_h(&out);
+
+    // --force replaces it; without it, a non-empty folder is refused.
+    let e = evo(&db)
+        .args(["export", "night", "--out"])
+        .arg(&out)
+        .assert()
+        .failure();
+    let err = String::from_utf8_lossy(&e.get_output().stderr).to_string();
+    assert!(
+        err.contains("not empty") && err.contains("--force"),
+        "{err}"
+    );
+    evo(&db)
+        .args(["export", &ids["second"].to_string(), "--force", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    assert_eq!(manifest(&out)["variants"][0]["genome"], B);
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 10);
+
+    // verify: intact → hashes ok, then no GPU here (exit 3) or a real check on a GPU.
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let o = v.get_output();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(stdout.contains("hashes: ok (9 files)"), "{stdout}");
+    assert!(
+        stdout.contains("f16_hd64: 4 timed shapes + 5 correctness-only shapes"),
+        "{stdout}"
+    );
+    if evo_gpu::device::probe()
+        .map(|i| i.devices.is_empty())
+        .unwrap_or(true)
+    {
+        assert_eq!(o.status.code(), Some(3), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("cannot run here") && stderr.contains("GPU"),
+            "{stderr}"
+        );
+    }
+    // Tampered: one byte of a CUBIN, and a deleted file.
+    let cubin = out.join("kernel.f16_hd128.sm_90a.cubin");
+    let mut bytes = std::fs::read(&cubin).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    std::fs::write(&cubin, bytes).unwrap();
+    std::fs::remove_file(out.join("kernel.h")).unwrap();
+    let v = evo(&db).arg("verify").arg(&out).assert().code(1);
+    let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(
+        stdout.contains("MODIFIED  kernel.f16_hd128.sm_90a.cubin"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("MISSING   kernel.h"), "{stdout}");
+    assert!(stdout.contains("not run"), "{stdout}");
+}
+
+/// evo_kernel.plan() on fake tensors (no torch, no GPU): the packed arguments equal the
+/// problem's own argument list, and the launch equals the manifest's, on every shape.
+fn check_python_plan(dir: &Path) {
+    let Some(py) = python() else { return };
+    let script = root().join("crates/evo-cli/tests/artifact_plan.py");
+    let o = std::process::Command::new(py)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg(&script)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+    let m = manifest(dir);
+    let problem = evo_kernels::problem("sdpa_fwd").unwrap();
+    let mut checked = 0;
+    for plan in report["plans"].as_array().unwrap() {
+        let shape: Vars = serde_json::from_value(plan["shape"].clone()).unwrap();
+        let variant = m["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == plan["variant"])
+            .unwrap();
+        let rec = variant["shapes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| serde_json::from_value::<Vars>(s["shape"].clone()).unwrap() == shape)
+            .unwrap();
+        assert_eq!(plan["grid"], rec["launch"]["grid"]);
+        assert_eq!(plan["block"], rec["launch"]["block"]);
+        assert_eq!(plan["shared_bytes"], rec["launch"]["shared_bytes"]);
+        let args = plan["args"].as_array().unwrap();
+        let expected = problem.args(&shape);
+        assert_eq!(args.len(), expected.len());
+        for (a, e) in args.iter().zip(&expected) {
+            match e {
+                ArgSlot::Input(i) => assert_eq!(a[2], 4096 * (*i as u64 + 1), "{a}"),
+                ArgSlot::Output => assert_eq!(a[1], "pointer"),
+                ArgSlot::I32(x) => assert_eq!(
+                    (a[1].as_str(), a[2].as_i64()),
+                    (Some("i32"), Some(*x as i64)),
+                    "{a}"
+                ),
+                ArgSlot::I64(x) => assert_eq!(
+                    (a[1].as_str(), a[2].as_i64()),
+                    (Some("i64"), Some(*x)),
+                    "{a}"
+                ),
+                ArgSlot::F32(x) => {
+                    assert!((a[2].as_f64().unwrap() - *x as f64).abs() < 1e-6, "{a}")
+                }
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 5, "plans for every manifest shape");
+    let errors = report["errors"].as_object().unwrap();
+    let expect = [
+        ("float32", "dtype torch.float32"),
+        ("cpu", "move it to a CUDA device"),
+        ("head_dim_96", "no kernel for"),
+        ("causal", "no kernel for"),
+        ("last_dim_strided", "contiguous in its last dimension"),
+        ("seq_stride_odd", "multiples of 8"),
+        ("misaligned", "16-byte aligned"),
+        ("kv_mismatch", "shapes do not fit"),
+        ("three_d", "must be 4-D"),
+        ("mixed_dtypes", "one dtype"),
+        ("grid_z", "grid.z"),
+    ];
+    for (case, text) in expect {
+        let got = errors[case].as_str().unwrap_or("(no error)");
+        assert!(got.contains(text), "{case}: {got}");
+    }
+}
+
+/// evo_kernel.attention() through ctypes into a fake libcuda.so.1 (and a fake torch):
+/// the driver calls it makes, and every launch parameter as the kernel would read it.
+fn check_python_launch(dir: &Path) {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = root().join("crates/evo-cli/tests/fake_cuda");
+    let gcc = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(tmp.path().join("libcuda.so.1"))
+        .arg(fake.join("libcuda.c"))
+        .output();
+    match gcc {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("gcc: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            eprintln!("skipping the fake-driver launch check: no gcc");
+            return;
+        }
+    }
+    let log = tmp.path().join("cuda.log");
+    let o = std::process::Command::new(py)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg(root().join("crates/evo-cli/tests/artifact_launch.py"))
+        .arg(dir)
+        .env("PYTHONPATH", &fake)
+        .env("LD_LIBRARY_PATH", tmp.path())
+        .env("FAKE_CUDA_LOG", &log)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["float32_error"]
+        .as_str()
+        .unwrap()
+        .contains("torch.float32"));
+    let log = std::fs::read_to_string(&log).unwrap();
+    let m = manifest(dir);
+    let variants = m["variants"].as_array().unwrap();
+    // One driver init, one module load (an ELF image) and function per variant.
+    assert_eq!(log.matches("cuInit 0").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("load 7f454c46").count(),
+        variants.len(),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("function 0x2000 sdpa_fwd").count(),
+        variants.len(),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("push").count(),
+        log.matches("pop").count(),
+        "{log}"
+    );
+    let launches: Vec<&str> = log.lines().filter(|l| l.starts_with("launch")).collect();
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(launches.len(), calls.len());
+    let problem = evo_kernels::problem("sdpa_fwd").unwrap();
+    for (line, call) in launches.iter().zip(calls) {
+        let dims: Vec<i64> = call["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        let (b, h, sq, skv, d) = (dims[0], dims[1], dims[2], dims[3], dims[4]);
+        let mut shape = shapes()[0].clone();
+        for (k, x) in [
+            ("BATCH", b),
+            ("HEADS", h),
+            ("SEQ_Q", sq),
+            ("SEQ_KV", skv),
+            ("HEAD_DIM", d),
+        ] {
+            shape.insert(k.into(), Value::Int(x));
+        }
+        let v = variants
+            .iter()
+            .find(|v| v["specialization"]["HEAD_DIM"] == d)
+            .unwrap();
+        let c = &v["launch"]["constants"];
+        let block_m = c["BLOCK_M"].as_i64().unwrap();
+        let smem = c["SMEM_BYTES"].as_i64().unwrap();
+        let ptrs: Vec<String> = call["ptrs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let mut want = format!(
+            "launch 0x3000 grid {} {h} {b} block {} 1 1 smem {smem} stream 0x5500 extra (nil) args {}",
+            (sq + block_m - 1) / block_m,
+            c["THREADS"],
+            ptrs.join(" ")
+        );
+        for a in &problem.args(&shape)[4..] {
+            match a {
+                ArgSlot::I32(x) => want.push_str(&format!(" {x}")),
+                ArgSlot::I64(x) => want.push_str(&format!(" {x}")),
+                ArgSlot::F32(x) => want.push_str(&format!(" {}", format_g7(*x))),
+                _ => unreachable!("pointers come first"),
+            }
+        }
+        assert_eq!(*line, want);
+        assert_eq!(call["out_shape"], serde_json::json!([b, h, sq, d]));
+        if smem > 48 * 1024 {
+            assert!(log.contains(&format!("attribute 0x3000 8 {smem}")), "{log}");
+        }
+    }
+}
+
+/// C's `%.7g` of the softmax scales the tests use (1/8 and 1/sqrt(128)).
+fn format_g7(x: f32) -> String {
+    if x == 0.125 {
+        "0.125".into()
+    } else if (x - 0.088_388_35).abs() < 1e-8 {
+        "0.08838835".into()
+    } else {
+        panic!("no %.7g for {x}")
+    }
+}
+
+/// kernel.h compiles with g++ against cuda.h, and its launch_dims() gives the manifest's
+/// launch on every shape.
+fn check_kernel_h(dir: &Path) {
+    let include = evo_gpu::CudaInstall::global().unwrap().include.clone();
+    if std::process::Command::new("g++")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping the kernel.h check: no g++");
+        return;
+    }
+    let m = manifest(dir);
+    let mut main = String::from("#include \"kernel.h\"\n#include <cstdio>\nint main() {\n");
+    let mut expected = String::new();
+    for v in m["variants"].as_array().unwrap() {
+        for s in v["shapes"].as_array().unwrap() {
+            let sh = &s["shape"];
+            main.push_str(&format!(
+                "  {{ auto d = evo_artifact::{}::launch_dims({}, {}, {}, {}); std::printf(\"%u %u %u %u %u %u %u\\n\", d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes); }}\n",
+                v["name"].as_str().unwrap(), sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"]
+            ));
+            let l = &s["launch"];
+            expected.push_str(&format!(
+                "{} {} {} {} {} {} {}\n",
+                l["grid"][0],
+                l["grid"][1],
+                l["grid"][2],
+                l["block"][0],
+                l["block"][1],
+                l["block"][2],
+                l["shared_bytes"]
+            ));
+        }
+    }
+    main.push_str("  return 0;\n}\n");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("main.cpp"), main).unwrap();
+    let exe = tmp.path().join("main");
+    let o = std::process::Command::new("g++")
+        .arg("-std=c++17")
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-I")
+        .arg(dir)
+        .arg("-I")
+        .arg(&include)
+        .arg(tmp.path().join("main.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "g++: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let run = std::process::Command::new(&exe).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout), expected);
+}
+
+#[test]
+fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    fixture(&db);
+    let out = tmp.path().join("art");
+    evo(&db)
+        .args(["export", "night", "--per-shape", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let m = manifest(&out);
+    assert_eq!(m["mode"], "per_shape");
+    assert_eq!(m["dispatch"]["mode"], "per_shape");
+    let table = m["dispatch"]["table"].as_array().unwrap();
+    assert_eq!(table.len(), 5);
+    let a = Genome::parse(A).unwrap().hash().0;
+    let b = Genome::parse(B).unwrap().hash().0;
+    let want = [
+        format!("f16_hd64_{}", &a[..8]),
+        format!("f16_hd64_{}", &a[..8]),
+        format!("f16_hd64_{}", &b[..8]),
+        format!("f16_hd128_{}", &a[..8]),
+        format!("f16_hd64_{}", &a[..8]),
+    ];
+    for (e, w) in table.iter().zip(&want) {
+        assert_eq!(e["variant"].as_str().unwrap(), w);
+        assert!(e["shape"]["SEQ_Q"].is_i64());
+    }
+    assert_eq!(m["variants"].as_array().unwrap().len(), 3);
+    for (name, hash) in m["files"].as_object().unwrap() {
+        assert_eq!(sha256(&out.join(name)), hash.as_str().unwrap(), "{name}");
+    }
+    // Python's dispatch: exact match, else the nearest in log2 distance.
+    if let Some(py) = python() {
+        let script = root().join("crates/evo-cli/tests/artifact_plan.py");
+        let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .arg(&script)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let report: Json = serde_json::from_slice(&o.stdout).unwrap();
+        let picks = &report["picks"];
+        assert_eq!(picks["2,8,2048,64"], want[2].as_str());
+        assert_eq!(
+            picks["2,8,1800,64"],
+            want[2].as_str(),
+            "nearest to seq 2048 at batch 2"
+        );
+        assert_eq!(
+            picks["1,8,600,64"],
+            want[0].as_str(),
+            "nearest to (1, 8, 512)"
+        );
+        assert_eq!(
+            picks["3,8,512,128"],
+            want[3].as_str(),
+            "the only head-dim-128 entry"
+        );
+    }
+}
+
+#[test]
+fn export_refuses_what_it_cannot_freeze() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    let out = tmp.path().join("art");
+    let refuse = |args: &[&str], needle: &str| {
+        let a = evo(&db)
+            .arg("export")
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .failure();
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    };
+    refuse(&["nosuchrun"], "no run `nosuchrun`");
+    refuse(&["run:99"], "no run `99`");
+    refuse(&["999"], "no candidate with id 999");
+    refuse(
+        &[&ids["incorrect"].to_string()],
+        "is `incorrect` at the correctness gate",
+    );
+    refuse(&[&ids["pending"].to_string()], "has not been evaluated yet");
+    refuse(&["replayed"], "replay evaluator");
+    refuse(&[&ids["replayed"].to_string()], "replay evaluator");
+    refuse(&[&ids["best"].to_string(), "--per-shape"], "give a run");
+    let a = Command::cargo_bin("evo")
+        .unwrap()
+        .args(["export", "night", "--db"])
+        .arg(tmp.path().join("missing.db"))
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .failure();
+    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("no population database"));
+    assert!(!tmp.path().join("missing.db").exists());
+    // verify of a folder that is no artifact.
+    let a = evo(&db).arg("verify").arg(tmp.path()).assert().failure();
+    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("manifest.json"));
+}
+
+/// The GPU-side scripts at least parse (they need torch and a GPU to run).
+#[test]
+fn torch_scripts_compile() {
+    let Some(py) = python() else { return };
+    for f in [
+        "scripts/compare_torch.py",
+        "scripts/sdpa_bench.py",
+        "scripts/torch_sdpa_baseline.py",
+        "crates/evo-cli/src/export/evo_kernel.py",
+    ] {
+        let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args([
+                "-c",
+                "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])",
+            ])
+            .arg(root().join(f))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{f}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -1,0 +1,57 @@
+/* A stand-in for libcuda.so.1 (tests only): the driver calls evo_kernel.py makes, each
+ * logged to $FAKE_CUDA_LOG. cuLaunchKernel decodes its parameters with the sdpa_fwd ABI
+ * (4 pointers, 4 int, 12 long long, float), so a test sees exactly what ctypes packed. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef int CUresult;
+
+static FILE *log_file(void) {
+    static FILE *f;
+    if (!f) {
+        const char *p = getenv("FAKE_CUDA_LOG");
+        f = fopen(p ? p : "/dev/stderr", "a");
+        setvbuf(f, NULL, _IONBF, 0);
+    }
+    return f;
+}
+
+CUresult cuInit(unsigned flags) { fprintf(log_file(), "cuInit %u\n", flags); return 0; }
+CUresult cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    *ctx = (void *)(uintptr_t)(0x1000 + dev);
+    fprintf(log_file(), "retain %d\n", dev);
+    return 0;
+}
+/* No context is current: evo_kernel.py pushes the primary one. */
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = 0; return 0; }
+CUresult cuCtxPushCurrent_v2(void *ctx) { fprintf(log_file(), "push %p\n", ctx); return 0; }
+CUresult cuCtxPopCurrent_v2(void **ctx) { *ctx = 0; fprintf(log_file(), "pop\n"); return 0; }
+CUresult cuModuleLoadData(void **mod, const void *image) {
+    const unsigned char *b = image;
+    fprintf(log_file(), "load %02x%02x%02x%02x\n", b[0], b[1], b[2], b[3]);
+    *mod = (void *)0x2000;
+    return 0;
+}
+CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
+    fprintf(log_file(), "function %p %s\n", mod, name);
+    *fn = (void *)0x3000;
+    return 0;
+}
+CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
+    fprintf(log_file(), "attribute %p %d %d\n", fn, attr, value);
+    return 0;
+}
+CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return 0; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+    FILE *o = log_file();
+    fprintf(o, "launch %p grid %u %u %u block %u %u %u smem %u stream %p extra %p args", f, gx, gy,
+            gz, bx, by, bz, smem, stream, (void *)extra);
+    for (int i = 0; i < 4; i++) fprintf(o, " %llu", *(unsigned long long *)params[i]);
+    for (int i = 4; i < 8; i++) fprintf(o, " %d", *(int *)params[i]);
+    for (int i = 8; i < 20; i++) fprintf(o, " %lld", *(long long *)params[i]);
+    fprintf(o, " %.7g\n", *(float *)params[20]);
+    return 0;
+}

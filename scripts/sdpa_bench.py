@@ -1,0 +1,68 @@
+"""Timing and inputs shared by the PyTorch-side scripts (torch_sdpa_baseline.py,
+compare_torch.py): the method evo's timing gate uses, so numbers compare.
+
+graph_time: R calls captured in one CUDA graph, each on its own input set, sets rotated
+so their bytes exceed 2x the L2 size (data from HBM, not cache); warm-up outside the
+capture; the graph replayed `reps` times between CUDA events; median per call, in µs.
+Same method and numbers as ../shared/tools/torch_sdpa_baseline.py (column graph_us).
+"""
+import torch
+from torch.nn.attention import SDPBackend
+
+# PyTorch's SDPA backends by name; None = PyTorch's own choice ("default"). The math
+# backend is left out of timings (a reference implementation, orders of magnitude slower
+# and O(S^2) memory); scripts may add it on request.
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "default": None}
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def l2_bytes(device=0):
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def input_sets(B, H, SQ, SKV, D, dtype, l2=None, max_sets=64):
+    """(q, k, v) sets, enough that they (with their outputs) exceed twice the L2."""
+    l2 = l2 if l2 is not None else l2_bytes()
+    per_set = 2 * (B * H * SQ * D * 2 + B * H * SKV * D * 2)
+    nsets = max(2, min(max_sets, -(-2 * l2 // per_set)))
+    return [(torch.randn(B, H, SQ, D, device="cuda", dtype=dtype),
+             torch.randn(B, H, SKV, D, device="cuda", dtype=dtype),
+             torch.randn(B, H, SKV, D, device="cuda", dtype=dtype)) for _ in range(nsets)]
+
+
+def graph_time(call, sets, reps=15):
+    """Median µs per call of `call(q, k, v)` over the rotated sets (see the module doc)."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for qkv in sets[:3]:
+            call(*qkv)  # warm-up and lazy init (module loads, workspace) outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        for qkv in sets:
+            call(*qkv)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); g.replay(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3 / len(sets))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def sdpa_call(backend, causal, scale=None):
+    """F.scaled_dot_product_attention restricted to one backend (None: PyTorch's choice)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def call(q, k, v):
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return call
