@@ -49,17 +49,19 @@
 //! * NaN error values in measurements are stored as NULL (SQLite has no NaN).
 
 mod error;
+mod hosts;
 mod model;
 mod open;
 mod store;
 
 pub use error::StoreError;
+pub use hosts::{now_ms, Advance, Host, NewHost};
 pub use model::{
     shape_key, Baseline, Candidate, CandidateId, CandidateResult, Generation, GenerationRow,
     Measurement, NewCandidate, NewMeasurement, NewProfile, NewRun, Origin, Profile, ProfileId, Run,
     RunId, RunStatus, RunSummary, EVALUATED, FITNESS_STATUSES, GATE_NAMES, PENDING, STATUS_NAMES,
 };
-pub use open::{known_schema_versions, schema_version, BUSY_TIMEOUT};
+pub use open::{known_schema_versions, redact_url, schema_version, DbKind, BUSY_TIMEOUT};
 pub use store::Store;
 
 /// The database file `evo search` uses when `--db` is not given.
