@@ -259,8 +259,9 @@ impl Store {
     /// so first: in one transaction (the run's row locked on PostgreSQL, the database on
     /// SQLite) it checks that the newest generation row is still `expected_latest`, that
     /// no candidate of the run is pending and that `next_generation` has no candidates
-    /// yet; then writes the completed generation, the proposals and the search state.
-    /// `Ok(false)`: another host advanced first (nothing was written).
+    /// yet, and that the run has not finished; then writes the completed generation, the
+    /// proposals and the search state. `Ok(false)`: another host advanced (or finished
+    /// the run) first; nothing was written.
     pub async fn advance_generation(
         &self,
         run: RunId,
@@ -275,6 +276,15 @@ impl Store {
                 .ctx(|| format!("locking run {run}"))?
                 .ok_or_else(|| StoreError::NoSuchRun(run.to_string()))?;
         }
+        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+            .bind(run.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .ctx(|| format!("reading the status of run {run}"))?;
+        let finished = match status {
+            None => return Err(StoreError::NoSuchRun(run.to_string())),
+            Some(s) => s == RunStatus::Finished.name(),
+        };
         let latest: Option<i64> =
             sqlx::query_scalar("SELECT MAX(generation) FROM generations WHERE run_id = $1")
                 .bind(run.0)
@@ -303,7 +313,7 @@ impl Store {
                 a.next_generation
             )
         })?;
-        if latest != a.expected_latest.map(i64::from) || pending > 0 || proposed > 0 {
+        if finished || latest != a.expected_latest.map(i64::from) || pending > 0 || proposed > 0 {
             tx.rollback()
                 .await
                 .ctx(|| format!("abandoning the advance of run {run}"))?;
