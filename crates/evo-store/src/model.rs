@@ -247,6 +247,8 @@ pub struct Candidate {
     pub evaluated_by: Option<String>,
     /// How often a host claimed it (more than 1: a lease expired and it went back).
     pub claims: u32,
+    /// The host holding it now (pending candidates only; the lease may have expired).
+    pub lease_owner: Option<String>,
 }
 
 impl Candidate {

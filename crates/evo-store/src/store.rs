@@ -35,7 +35,7 @@ pub(crate) const RUN_COLS: &str = "id, name, created_at, updated_at, evo_version
 
 pub(crate) const CANDIDATE_COLS: &str = "id, run_id, genome, hash, generation, parents, origin, \
     status, gate, detail, resources, fitness, source_key, created_at, evaluated_at, eval_ms, \
-    evaluated_by, claims";
+    evaluated_by, claims, lease_owner";
 
 const MEASUREMENT_COLS: &str = "id, candidate_id, shape, shape_json, median_us, p20_us, \
     p80_us, samples, tflops, peak_fraction, max_abs_err, rel_l2";
@@ -173,6 +173,7 @@ pub(crate) fn candidate_from_row(row: &AnyRow) -> Result<Candidate, StoreError> 
         eval_ms: col(row, "eval_ms", T)?,
         evaluated_by: col(row, "evaluated_by", T)?,
         claims: u32_col(row, "claims", T)?,
+        lease_owner: col(row, "lease_owner", T)?,
     })
 }
 
@@ -227,6 +228,30 @@ fn check_finite(what: &'static str, name: &str, v: Option<f64>) -> Result<(), St
     match v {
         Some(x) if !x.is_finite() => Err(StoreError::invalid(what, format!("{name} is {x}"))),
         _ => Ok(()),
+    }
+}
+
+/// A nullable float, bound so that PostgreSQL always sees DOUBLE PRECISION. (sqlx 0.8.6's
+/// `Any` driver sends a NULL `Option<f64>` as a REAL parameter; a statement first
+/// prepared with a NULL then rejects a later 8-byte value: "incorrect binary data format
+/// in bind parameter". A NULL typed as `f32` goes out as DOUBLE PRECISION.)
+pub(crate) struct F64(pub Option<f64>);
+
+impl sqlx::Type<Any> for F64 {
+    fn type_info() -> sqlx::any::AnyTypeInfo {
+        <f64 as sqlx::Type<Any>>::type_info()
+    }
+}
+
+impl<'q> sqlx::Encode<'q, Any> for F64 {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Any as sqlx::Database>::ArgumentBuffer<'q>,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        match self.0 {
+            Some(v) => <f64 as sqlx::Encode<'q, Any>>::encode_by_ref(&v, buf),
+            None => <Option<f32> as sqlx::Encode<'q, Any>>::encode_by_ref(&None, buf),
+        }
     }
 }
 
@@ -780,8 +805,8 @@ impl Store {
         .bind(&result.gate)
         .bind(&result.detail)
         .bind(resources)
-        .bind(result.fitness)
-        .bind(result.eval_ms)
+        .bind(F64(result.fitness))
+        .bind(F64(result.eval_ms))
         .bind(now())
         .bind(&result.source_key)
         .bind(candidate.0)
@@ -816,14 +841,14 @@ impl Store {
             .bind(candidate.0)
             .bind(&shape)
             .bind(to_json(&m.shape, "shape")?)
-            .bind(m.median_us)
-            .bind(m.p20_us)
-            .bind(m.p80_us)
+            .bind(F64(m.median_us))
+            .bind(F64(m.p20_us))
+            .bind(F64(m.p80_us))
             .bind(to_json(&m.samples, "samples")?)
-            .bind(nan_to_none(m.tflops))
-            .bind(nan_to_none(m.peak_fraction))
-            .bind(nan_to_none(m.max_abs_err))
-            .bind(nan_to_none(m.rel_l2))
+            .bind(F64(nan_to_none(m.tflops)))
+            .bind(F64(nan_to_none(m.peak_fraction)))
+            .bind(F64(nan_to_none(m.max_abs_err)))
+            .bind(F64(nan_to_none(m.rel_l2)))
             .execute(&mut *tx)
             .await
             .ctx(|| format!("storing the measurement of candidate {candidate} on {shape}"))?;
@@ -933,7 +958,7 @@ impl Store {
                  WHERE id = $3 AND run_id = $4 AND status IN ('evaluated', 'regressed')",
             )
             .bind(status)
-            .bind(fitness)
+            .bind(F64(*fitness))
             .bind(id.0)
             .bind(run.0)
             .execute(&mut *tx)
@@ -995,7 +1020,7 @@ impl Store {
         .bind(to_json(&g.elites, "elites")?)
         .bind(to_json(&g.insights, "insights")?)
         .bind(to_json(&g.state, "state")?)
-        .bind(g.best_fitness)
+        .bind(F64(g.best_fitness))
         .bind(i64::try_from(g.evaluated).unwrap_or(i64::MAX))
         .bind(now())
         .execute(&mut **tx)

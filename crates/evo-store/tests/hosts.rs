@@ -292,3 +292,29 @@ async fn hosts_register_and_finish(store: Store) {
     );
     store.close().await;
 }
+
+both_backends!(null_then_real_floats_in_one_statement);
+/// The same statement with a NULL float first and a real one after (a prepared
+/// statement typed by the NULL must still take the value).
+async fn null_then_real_floats_in_one_statement(store: Store) {
+    let run = store.create_run(&new_run("r")).await.unwrap();
+    let rows: Vec<NewCandidate> = (0..2)
+        .map(|i| NewCandidate::new(genome(i), 0, Origin::Random))
+        .collect();
+    let ids = store.insert_candidates(run, &rows).await.unwrap();
+    store.record_result(ids[0], &failed(), &[]).await.unwrap();
+    let ok = CandidateResult {
+        status: "evaluated".into(),
+        fitness: Some(1.25),
+        eval_ms: Some(3.5),
+        ..Default::default()
+    };
+    store.record_result(ids[1], &ok, &[]).await.unwrap();
+    let c = store.candidate(ids[1]).await.unwrap().unwrap();
+    assert_eq!((c.fitness, c.eval_ms), (Some(1.25), Some(3.5)));
+    assert_eq!(
+        store.candidate(ids[0]).await.unwrap().unwrap().fitness,
+        None
+    );
+    store.close().await;
+}

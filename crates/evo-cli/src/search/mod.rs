@@ -225,7 +225,6 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 bail!("run `{}` uses seed {} and strategy {}; a resumed run keeps them (drop --seed/--strategy)", run.name, run.seed, run.strategy);
             }
             stored_seed_and_strategy = Some((run.seed, run.strategy.clone()));
-            store.set_run_status(run.id, RunStatus::Running).await?;
             let out = (run.id, run.name.clone(), config);
             existing = Some(run);
             out
@@ -469,6 +468,10 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         }
     }
     store.register_host(run_id, &me).await?;
+    if existing.is_some() {
+        // Only now that every check passed: a refused host leaves the run as it was.
+        store.set_run_status(run_id, RunStatus::Running).await?;
+    }
 
     crate::set_run_log(&run_log_path(&o.db, &run_name));
     tracing::info!(run = %run_name, evaluator = %backend.label(), strategy = kind.name(), "search starts");
