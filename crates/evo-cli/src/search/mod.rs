@@ -99,6 +99,9 @@ struct RunSettings {
 /// dead host's genomes come back soon.
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
+/// How long `evo join` waits for its run to be created and given a baseline.
+const JOIN_WAIT: Duration = Duration::from_secs(600);
+
 /// This host's name (for host ids and messages).
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -194,10 +197,18 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     let mut existing: Option<evo_store::Run> = None;
     let (run_id, run_name, config) = match o.resume.as_ref().or(o.join.as_ref()) {
         Some(name) => {
-            let run = store
-                .run(name)
-                .await?
-                .ok_or_else(|| anyhow!("no run `{name}` in {}", o.db))?;
+            let mut run = store.run(name).await?;
+            if run.is_none() && o.join.is_some() {
+                // Hosts started together: the first may not have created the run yet.
+                eprintln!("waiting for run `{name}` to be created (up to 10 minutes)");
+                let waited = Instant::now();
+                while run.is_none() && waited.elapsed() < JOIN_WAIT {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    run = store.run(name).await?;
+                }
+            }
+            let run =
+                run.ok_or_else(|| anyhow!("no run `{name}` in {}", evo_store::redact_url(&o.db)))?;
             let path = run
                 .search_state
                 .as_ref()
@@ -511,7 +522,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         // The run's first host sets the baseline; wait for it.
         let waited = Instant::now();
         while needed.iter().any(|k| !baselines.contains_key(k)) {
-            if waited.elapsed() > Duration::from_secs(600) || stop.load(Ordering::SeqCst) {
+            if waited.elapsed() > JOIN_WAIT || stop.load(Ordering::SeqCst) {
                 bail!("run `{run_name}` has no baseline after 10 minutes: is its first host (evo search) running?");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
