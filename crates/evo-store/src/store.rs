@@ -324,8 +324,16 @@ impl Store {
         crate::open::open(url_or_path).await
     }
 
+    /// The database file; on PostgreSQL the server's URL without its password (see
+    /// [`Store::file`]).
+    pub fn path(&self) -> &Path {
+        self.path
+            .as_deref()
+            .unwrap_or_else(|| Path::new(&self.location))
+    }
+
     /// The database file; `None` on PostgreSQL.
-    pub fn path(&self) -> Option<&Path> {
+    pub fn file(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 

@@ -676,7 +676,8 @@ async fn url_forms_create_the_file() {
         .await
         .unwrap();
     assert!(plain.exists() && url.exists());
-    assert_eq!(b.path(), Some(url.as_path()));
+    assert_eq!(b.path(), url.as_path());
+    assert_eq!(b.file(), Some(url.as_path()));
     a.create_run(&new_run("x")).await.unwrap();
     a.close().await;
     b.close().await;

@@ -843,7 +843,8 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             if settings.max_generations.is_some_and(|n| current >= n) {
                 finish = Some("generation budget spent");
             }
-            state["generation"] = json!(current.saturating_sub(1));
+            // The newest completed generation, if any.
+            state["generation"] = json!(current.checked_sub(1));
             (None, current)
         };
         let proposals = match finish {
