@@ -153,7 +153,7 @@ fn three_hosts_one_killed_equal_a_single_process_run() {
         .iter()
         .map(|h| dir.path().join(format!("host-{h}.log")))
         .collect();
-    let mut args = vec!["search", "--run", &run, "--db", &url, "--lease", "2s"];
+    let mut args = vec!["search", "--run", &run, "--db", &url, "--lease", "5s"];
     args.extend(common);
     let mut a = evo(&logs[0], &args);
     let a_pid = a.id();
