@@ -99,13 +99,23 @@ pub enum Command {
         /// Continue this run where it stopped (same config, same search state).
         #[arg(long, value_name = "RUN", conflicts_with = "run")]
         resume: Option<String>,
-        /// Population database: a file (created if missing) or sqlite://PATH.
+        /// Population database: a file (created if missing), sqlite://PATH, or a
+        /// PostgreSQL server postgres://USER:PASSWORD@HOST:PORT/DB that several hosts
+        /// share (see `evo join`).
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
         /// Stop after 8h / 30m / 90s or 500evals (counted from this invocation), or when the
         /// run has 20gen generations.
         #[arg(long)]
         budget: Option<crate::search::budget::Budget>,
+        /// How long a host keeps a claimed genome without a heartbeat (e.g. 60s, the
+        /// default): a host that dies loses its genomes to the others after this.
+        #[arg(long, value_parser = crate::search::budget::parse_duration)]
+        lease: Option<std::time::Duration>,
+        /// Let hosts whose GPU model differs from this one's join the run (their timings
+        /// are then compared as if equal).
+        #[arg(long)]
+        allow_mixed_gpus: bool,
         /// Stop after this many generations without improvement (overrides [search] patience).
         #[arg(long)]
         patience: Option<u32>,
@@ -115,9 +125,33 @@ pub enum Command {
         /// Override [search] strategy: evolution, random or exhaustive.
         #[arg(long)]
         strategy: Option<String>,
-        /// `gpu`, or `replay:FILE` to answer from a recorded landscape (no GPU needed).
-        #[arg(long, default_value = "gpu")]
-        evaluator: String,
+        /// `gpu` (the default for a new run), or `replay:FILE` to answer from a recorded
+        /// landscape (no GPU needed). A resumed run keeps its own.
+        #[arg(long)]
+        evaluator: Option<String>,
+        #[command(flatten)]
+        gpus: GpuArgs,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Work on a run that another host started (`evo search ... --db postgres://...`):
+    /// take pending genomes with a lease, evaluate them on this host's GPUs, write the
+    /// results back, advance generations when they complete. Start any number, anywhere
+    /// the database is reachable; the run's config, seed and evaluator are used.
+    Join {
+        /// The run's name (or id).
+        run: String,
+        /// The shared population database, e.g. postgres://evo:PASSWORD@db-host:5432/evo.
+        #[arg(long, env = "EVO_DB")]
+        db: String,
+        /// Stop this host after 8h / 30m / 90s or 500evals (the run's generation budget
+        /// is the run's).
+        #[arg(long)]
+        budget: Option<crate::search::budget::Budget>,
+        /// Must equal the run's evaluator when given (default: the run's).
+        #[arg(long)]
+        evaluator: Option<String>,
         #[command(flatten)]
         gpus: GpuArgs,
         /// No progress bar.
@@ -294,7 +328,7 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug)]
 pub struct GpuArgs {
-    /// GPUs to run workers on, e.g. 0,1 (one worker process per GPU).
+    /// GPUs to run workers on, e.g. 0,1, or `all` (one worker process per GPU).
     #[arg(long, default_value = "0")]
     pub gpus: String,
 }

@@ -190,6 +190,16 @@ pub fn gpus(list: &str) -> Result<(Vec<u32>, evo_gpu::device::DriverInfo)> {
         .into());
     }
     let mut out = Vec::new();
+    let all: String;
+    let list = if list.trim() == "all" {
+        all = (0..info.devices.len())
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        all.as_str()
+    } else {
+        list
+    };
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let g: u32 = part
             .parse()

@@ -70,6 +70,8 @@ struct Slot {
     proc: Option<Proc>,
     device: Option<DeviceInfo>,
     starts: u32,
+    /// Time spent running jobs on this worker (its GPU's busy time).
+    busy: Duration,
 }
 
 /// Worker processes, one per GPU, shared by concurrent `evaluate` calls.
@@ -95,6 +97,7 @@ impl Pool {
                     proc: None,
                     device: None,
                     starts: 0,
+                    busy: Duration::ZERO,
                 })
             })
             .collect();
@@ -125,6 +128,17 @@ impl Pool {
             + t.per_shape_s * job.shapes.len() as f64
             + timed * (t.per_timed_shape_s + timing_budget);
         Duration::from_secs_f64(secs)
+    }
+
+    /// Per worker: its GPU and the time it spent running jobs so far (divide by the wall
+    /// time for the GPU's busy fraction).
+    pub async fn busy(&self) -> Vec<(u32, Duration)> {
+        let mut v = Vec::new();
+        for s in &self.slots {
+            let s = s.lock().await;
+            v.push((s.gpu, s.busy));
+        }
+        v
     }
 
     /// Processes started so far on each slot (restarts included).
@@ -158,7 +172,10 @@ impl Pool {
         let result = {
             let mut slot = self.slots[index].lock().await;
             let startup = Duration::from_secs_f64(self.timeouts.startup_s);
-            slot.run(job, deadline, startup).await
+            let began = std::time::Instant::now();
+            let r = slot.run(job, deadline, startup).await;
+            slot.busy += began.elapsed();
+            r
         };
         let _ = self.free_tx.send(index);
         result

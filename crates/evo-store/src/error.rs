@@ -10,8 +10,8 @@ pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "unsupported database `{url}`: {reason} (this evo stores populations in SQLite: \
-         give a file path or sqlite://PATH)"
+        "unsupported database `{url}`: {reason} (give a SQLite file path, \
+         sqlite://PATH, or a PostgreSQL URL postgres://USER:PASSWORD@HOST:PORT/DATABASE)"
     )]
     UnsupportedUrl { url: String, reason: &'static str },
 
@@ -19,7 +19,7 @@ pub enum StoreError {
     NotSqlite { path: PathBuf, reason: String },
 
     #[error(
-        "{path} is a SQLite database but not an evo population database (it has the \
+        "{path} is a database but not an evo population database (it has the \
          tables {tables} and no evo schema); evo did not touch it"
     )]
     NotEvoDatabase { path: PathBuf, tables: String },
@@ -62,6 +62,15 @@ pub enum StoreError {
 
     #[error("candidate {0} already has a result")]
     AlreadyRecorded(CandidateId),
+
+    #[error(
+        "candidate {candidate}: the lease of host {host} expired and another host claimed \
+         it; its result was not written (raise --lease if evaluations take that long)"
+    )]
+    LeaseLost {
+        candidate: CandidateId,
+        host: String,
+    },
 
     #[error("invalid {what}: {message}")]
     Invalid { what: &'static str, message: String },

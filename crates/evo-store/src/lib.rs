@@ -4,12 +4,14 @@
 //! export` can read what it found. Only this crate names sqlx.
 //!
 //! SQLite by default (`population.db`, [`DEFAULT_DB_FILE`]), bundled libsqlite3, WAL
-//! journal, foreign keys on, 10 s busy timeout, `synchronous = FULL`. Runtime queries
-//! only, written with `$1` placeholders and portable SQL so the same statements can later
-//! target PostgreSQL. Migrations live in `crates/evo-store/migrations/` and are embedded
-//! at build time; [`Store::open`] applies the missing ones.
+//! journal, foreign keys on, 10 s busy timeout, `synchronous = FULL`; or PostgreSQL
+//! (`postgres://...`), which many hosts share ([`DbKind`]). Runtime queries only,
+//! through sqlx's `Any` driver, written with `$1` placeholders and portable SQL: the same
+//! statements run on both. Migrations live in `crates/evo-store/migrations/{sqlite,postgres}`
+//! (same versions, same tables and columns) and are embedded at build time;
+//! [`Store::open`] applies the missing ones.
 //!
-//! # Schema (version 1)
+//! # Schema (version 2)
 //!
 //! | table          | key                        | holds |
 //! |----------------|----------------------------|-------|
@@ -20,6 +22,11 @@
 //! | `baselines`    | (run_id, shape)            | median µs and its source (`genome:<hash>`, `import:<file>`) |
 //! | `generations`  | (run_id, generation)       | elites, insights, state (JSON), best fitness, evaluated count |
 //! | `profiles`     | id                         | candidate, tool, shape, metrics (JSON) |
+//! | `hosts`        | id (`hostname:pid:tag`)    | run, device, GPUs, evaluator, heartbeat, evaluations, database time, stats (JSON) |
+//!
+//! Version 2 added `runs.settings` (JSON: lease, generation budget, patience, mixed
+//! GPUs) and, on candidates, `lease_owner`, `lease_until` (ms since the epoch),
+//! `evaluated_by` and `claims`: see `hosts.rs` for how hosts share a run.
 //!
 //! Deleting a run deletes everything of it (`ON DELETE CASCADE`). Timestamps are RFC 3339
 //! text in UTC with milliseconds (`2026-11-22T00:52:01.123Z`); JSON is stored as text.
@@ -47,19 +54,25 @@
 //!   refused before anything is written.
 //! * A run's `seed` is a `u64` stored in a signed 64-bit column (same bits).
 //! * NaN error values in measurements are stored as NULL (SQLite has no NaN).
+//! * **Several hosts.** [`Store::claim_candidates`] gives each pending candidate to one
+//!   host under a lease; [`Store::record_claimed_result`] writes only under that lease
+//!   ([`StoreError::LeaseLost`]); [`Store::advance_generation`] is a compare-and-set that
+//!   one host wins.
 
 mod error;
+mod hosts;
 mod model;
 mod open;
 mod store;
 
 pub use error::StoreError;
+pub use hosts::{now_ms, Advance, Host, NewHost};
 pub use model::{
     shape_key, Baseline, Candidate, CandidateId, CandidateResult, Generation, GenerationRow,
     Measurement, NewCandidate, NewMeasurement, NewProfile, NewRun, Origin, Profile, ProfileId, Run,
     RunId, RunStatus, RunSummary, EVALUATED, FITNESS_STATUSES, GATE_NAMES, PENDING, STATUS_NAMES,
 };
-pub use open::{known_schema_versions, schema_version, BUSY_TIMEOUT};
+pub use open::{known_schema_versions, redact_url, schema_version, DbKind, BUSY_TIMEOUT};
 pub use store::Store;
 
 /// The database file `evo search` uses when `--db` is not given.

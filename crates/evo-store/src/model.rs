@@ -164,6 +164,8 @@ pub struct Run {
     pub status: RunStatus,
     /// The last state given to [`crate::Store::save_search_state`].
     pub search_state: Option<Json>,
+    /// Run-wide settings every host obeys (JSON object), see [`crate::RunSettings`].
+    pub settings: Option<Json>,
 }
 
 /// One line of `evo runs`.
@@ -241,6 +243,12 @@ pub struct Candidate {
     pub created_at: String,
     pub evaluated_at: Option<String>,
     pub eval_ms: Option<f64>,
+    /// The host (`hostname:pid:tag`) that recorded the result, when known.
+    pub evaluated_by: Option<String>,
+    /// How often a host claimed it (more than 1: a lease expired and it went back).
+    pub claims: u32,
+    /// The host holding it now (pending candidates only; the lease may have expired).
+    pub lease_owner: Option<String>,
 }
 
 impl Candidate {

@@ -1,18 +1,64 @@
-//! Opening a database: where it is, whether it is one evo may touch, WAL, migrations.
+//! Opening a database: where it is (a SQLite file or a PostgreSQL URL), whether it is
+//! one evo may touch, WAL (SQLite), migrations.
+//!
+//! Both backends go through sqlx's `Any` driver, so every query in `store.rs` is one
+//! text for both; what must differ per backend (DDL, the transaction's `BEGIN`, row
+//! locks) is chosen by [`DbKind`]. The migrations of the two backends live in
+//! `migrations/sqlite` and `migrations/postgres` with the same version numbers and the
+//! same tables and columns.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, Executor, Row, SqliteConnection};
 
 use crate::error::{Ctx, StoreError};
 use crate::Store;
 
-/// The migrations in `crates/evo-store/migrations`, embedded at build time.
-pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+/// The SQLite migrations (`crates/evo-store/migrations/sqlite`), embedded at build time.
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// The PostgreSQL migrations: the same versions and tables as [`MIGRATOR`].
+pub(crate) static PG_MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Which database server holds the population.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbKind {
+    /// One file, one host (the default).
+    Sqlite,
+    /// A server that many hosts share (`postgres://...`).
+    Postgres,
+}
+
+/// Where a population lives, parsed from `--db`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db` (for messages).
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &authority[..colon],
+            &rest[at..]
+        ),
+        _ => url.to_string(),
+    }
+}
 
 /// How long a statement waits for another connection's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,8 +83,16 @@ pub fn schema_version() -> i64 {
 }
 
 /// The file behind `population.db`, `some/dir/x.db`, `sqlite://x.db`, `sqlite:x.db` or
-/// `sqlite:///abs/x.db`.
-pub(crate) fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
+/// `sqlite:///abs/x.db`, or the server of `postgres://...` / `postgresql://...`.
+pub(crate) fn database_location(url_or_path: &str) -> Result<Location, StoreError> {
+    let text = url_or_path.trim();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return Ok(Location::Postgres(text.to_string()));
+    }
+    database_path(text).map(Location::Sqlite)
+}
+
+fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
     let unsupported = |reason| StoreError::UnsupportedUrl {
         url: url_or_path.to_string(),
         reason,
@@ -56,7 +110,9 @@ pub(crate) fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
         }
         rest
     } else if text.contains("://") {
-        return Err(unsupported("only SQLite databases are supported"));
+        return Err(unsupported(
+            "only SQLite files and PostgreSQL servers (postgres://) are supported",
+        ));
     } else {
         text
     };
@@ -203,23 +259,45 @@ fn too_new(path: &Path, unknown: Vec<i64>) -> StoreError {
 }
 
 pub(crate) async fn open(url_or_path: &str) -> Result<Store, StoreError> {
-    let path = database_path(url_or_path)?;
+    sqlx::any::install_default_drivers();
+    match database_location(url_or_path)? {
+        Location::Sqlite(path) => open_sqlite(path).await,
+        Location::Postgres(url) => open_postgres(url).await,
+    }
+}
+
+async fn open_sqlite(path: PathBuf) -> Result<Store, StoreError> {
     check_existing(&path).await?;
 
     let open_err = |e: sqlx::Error| StoreError::Open {
         path: path.clone(),
         source: Box::new(e),
     };
-    let options = SqliteConnectOptions::new()
+    // Foreign keys are on by default in sqlx's SQLite options; the rest is set on every
+    // new connection below.
+    let url = SqliteConnectOptions::new()
         .filename(&path)
         .create_if_missing(true)
-        .foreign_keys(true)
-        .busy_timeout(BUSY_TIMEOUT)
-        // FULL: a committed transaction survives a power loss too, not only a killed
-        // process; one fsync per result is nothing next to a GPU evaluation.
-        .synchronous(SqliteSynchronous::Full);
-    let pool = SqlitePoolOptions::new()
+        .to_url_lossy();
+    let options = AnyConnectOptions::from_url(&url).map_err(open_err)?;
+    let pool = AnyPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                // FULL: a committed transaction survives a power loss too, not only a
+                // killed process; one fsync per result is nothing next to a GPU evaluation.
+                conn.execute(
+                    format!(
+                        "PRAGMA busy_timeout = {}; PRAGMA synchronous = FULL; \
+                         PRAGMA foreign_keys = ON",
+                        BUSY_TIMEOUT.as_millis()
+                    )
+                    .as_str(),
+                )
+                .await?;
+                Ok(())
+            })
+        })
         .connect_with(options)
         .await
         .map_err(open_err)?;
@@ -237,23 +315,102 @@ pub(crate) async fn open(url_or_path: &str) -> Result<Store, StoreError> {
             source: format!("SQLite refused WAL journal mode (it reports `{mode}`)").into(),
         });
     }
+    let location = path.display().to_string();
+    finish_open(Store {
+        pool,
+        kind: DbKind::Sqlite,
+        path: Some(path),
+        location,
+    })
+    .await
+}
 
-    if let Err(e) = MIGRATOR.run(&pool).await {
+/// Checks, without writing anything, that the PostgreSQL database (its current schema)
+/// is empty or an evo population database this build may open.
+async fn check_existing_postgres(pool: &sqlx::AnyPool, shown: &Path) -> Result<(), StoreError> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY table_name",
+    )
+    .fetch_all(pool)
+    .await
+    .ctx(|| format!("listing the tables of {}", shown.display()))?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    let has = |name: &str| tables.iter().any(|t| t == name);
+    if !has("_sqlx_migrations") && !has("meta") {
+        return Err(StoreError::NotEvoDatabase {
+            path: shown.to_path_buf(),
+            tables: tables.join(", "),
+        });
+    }
+    let known: Vec<i64> = PG_MIGRATOR.iter().map(|m| m.version).collect();
+    let mut unknown: Vec<i64> = Vec::new();
+    if has("_sqlx_migrations") {
+        let versions: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(pool)
+                .await
+                .ctx(|| format!("reading the schema versions of {}", shown.display()))?;
+        unknown.extend(versions.into_iter().filter(|v| !known.contains(v)));
+    }
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(too_new(shown, unknown))
+    }
+}
+
+async fn open_postgres(url: String) -> Result<Store, StoreError> {
+    let location = redact_url(&url);
+    let shown = PathBuf::from(&location);
+    let open_err = |e: sqlx::Error| StoreError::Open {
+        path: shown.clone(),
+        source: Box::new(e),
+    };
+    let options: AnyConnectOptions = url.parse().map_err(open_err)?;
+    let pool = AnyPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(options)
+        .await
+        .map_err(open_err)?;
+    if let Err(e) = check_existing_postgres(&pool, &shown).await {
         pool.close().await;
+        return Err(e);
+    }
+    finish_open(Store {
+        pool,
+        kind: DbKind::Postgres,
+        path: None,
+        location,
+    })
+    .await
+}
+
+/// Migrations and the `meta` rows, the same for both backends.
+async fn finish_open(store: Store) -> Result<Store, StoreError> {
+    let shown = PathBuf::from(&store.location);
+    let migrator = match store.kind {
+        DbKind::Sqlite => &MIGRATOR,
+        DbKind::Postgres => &PG_MIGRATOR,
+    };
+    // On PostgreSQL the migrator holds an advisory lock: hosts starting together
+    // migrate one after the other.
+    if let Err(e) = migrator.run(&store.pool).await {
+        store.pool.close().await;
         return Err(match e {
             // Another evo added a migration between our check and now.
-            MigrateError::VersionMissing(v) => too_new(&path, vec![v]),
+            MigrateError::VersionMissing(v) => too_new(&shown, vec![v]),
             e => StoreError::Migrate {
-                path,
+                path: shown,
                 source: Box::new(e),
             },
         });
     }
 
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .ctx(|| "writing meta".into())?;
+    let mut tx = store.write_tx("writing meta").await?;
     sqlx::query(
         "INSERT INTO meta (key, value) VALUES ('created_by', $1) ON CONFLICT (key) DO NOTHING",
     )
@@ -270,8 +427,7 @@ pub(crate) async fn open(url_or_path: &str) -> Result<Store, StoreError> {
     .await
     .ctx(|| "writing meta.schema_version".into())?;
     tx.commit().await.ctx(|| "writing meta".into())?;
-
-    Ok(Store { pool, path })
+    Ok(store)
 }
 
 #[cfg(test)]
@@ -280,6 +436,15 @@ mod tests {
 
     #[test]
     fn locations() {
+        assert_eq!(
+            database_location("postgres://u:p@h:5432/db").unwrap(),
+            Location::Postgres("postgres://u:p@h:5432/db".into())
+        );
+        assert_eq!(
+            redact_url("postgres://u:p@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(
             database_path("population.db").unwrap(),
             PathBuf::from("population.db")
@@ -295,7 +460,7 @@ mod tests {
         assert_eq!(database_path("sqlite:x.db").unwrap(), PathBuf::from("x.db"));
         for bad in [
             "",
-            "postgres://h/db",
+            "mysql://h/db",
             "sqlite::memory:",
             "sqlite://x.db?mode=ro",
             "sqlite://",
@@ -309,7 +474,13 @@ mod tests {
 
     #[test]
     fn migrations_are_embedded() {
-        assert_eq!(known_schema_versions(), vec![1]);
-        assert_eq!(schema_version(), 1);
+        assert_eq!(known_schema_versions(), vec![1, 2]);
+        assert_eq!(schema_version(), 2);
+        let pg: Vec<i64> = PG_MIGRATOR.iter().map(|m| m.version).collect();
+        assert_eq!(
+            pg,
+            known_schema_versions(),
+            "both backends have the same versions"
+        );
     }
 }

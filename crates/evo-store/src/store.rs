@@ -1,34 +1,41 @@
-//! The queries. Every statement uses `$1`-style placeholders and portable SQL, so the
-//! same text can later run on PostgreSQL; writes that touch several rows run in one
-//! transaction, begun `IMMEDIATE` so a busy database is waited for instead of failing
-//! halfway.
+//! The queries. Every statement uses `$1`-style placeholders and portable SQL and runs
+//! unchanged on SQLite and PostgreSQL (sqlx's `Any` driver); writes that touch several
+//! rows run in one transaction (on SQLite begun `IMMEDIATE`, so a busy database is
+//! waited for instead of failing halfway). The few places where the two differ ask
+//! [`Store::kind`].
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::{Any, AnyPool, Row, Transaction};
 
 use crate::error::{is_fk_violation, is_unique_violation, Ctx, StoreError};
 use crate::model::*;
-use crate::open::EVO_VERSION;
+use crate::open::{DbKind, EVO_VERSION};
 
-/// A population database: a pool of connections to one SQLite file. Share it by
-/// reference, or clone it (clones share the pool; [`Store::close`] on one closes all).
-/// See the crate docs for the schema.
+/// A population database: a pool of connections to one SQLite file or one PostgreSQL
+/// database. Share it by reference, or clone it (clones share the pool; [`Store::close`]
+/// on one closes all). See the crate docs for the schema.
 #[derive(Clone, Debug)]
 pub struct Store {
-    pub(crate) pool: SqlitePool,
-    pub(crate) path: std::path::PathBuf,
+    pub(crate) pool: AnyPool,
+    pub(crate) kind: DbKind,
+    /// The SQLite file; `None` on PostgreSQL.
+    pub(crate) path: Option<std::path::PathBuf>,
+    /// The file, or the server URL without its password (for messages).
+    pub(crate) location: String,
 }
 
-const RUN_COLS: &str = "id, name, created_at, updated_at, evo_version, config_toml, problem, \
-    family, seed, strategy, evaluator, device, driver, nvrtc_version, arch, status, search_state";
+pub(crate) const RUN_COLS: &str = "id, name, created_at, updated_at, evo_version, config_toml, \
+    problem, family, seed, strategy, evaluator, device, driver, nvrtc_version, arch, status, \
+    search_state, settings";
 
-const CANDIDATE_COLS: &str = "id, run_id, genome, hash, generation, parents, origin, status, \
-    gate, detail, resources, fitness, source_key, created_at, evaluated_at, eval_ms";
+pub(crate) const CANDIDATE_COLS: &str = "id, run_id, genome, hash, generation, parents, origin, \
+    status, gate, detail, resources, fitness, source_key, created_at, evaluated_at, eval_ms, \
+    evaluated_by, claims, lease_owner";
 
 const MEASUREMENT_COLS: &str = "id, candidate_id, shape, shape_json, median_us, p20_us, \
     p80_us, samples, tflops, peak_fraction, max_abs_err, rel_l2";
@@ -52,9 +59,9 @@ pub(crate) fn now() -> String {
     )
 }
 
-fn col<'r, T>(row: &'r SqliteRow, name: &str, table: &'static str) -> Result<T, StoreError>
+pub(crate) fn col<'r, T>(row: &'r AnyRow, name: &str, table: &'static str) -> Result<T, StoreError>
 where
-    T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+    T: sqlx::Decode<'r, Any> + sqlx::Type<Any>,
 {
     row.try_get(name).map_err(|e| StoreError::Corrupt {
         table,
@@ -63,7 +70,7 @@ where
 }
 
 fn json_col<T: DeserializeOwned>(
-    row: &SqliteRow,
+    row: &AnyRow,
     name: &str,
     table: &'static str,
 ) -> Result<T, StoreError> {
@@ -74,8 +81,8 @@ fn json_col<T: DeserializeOwned>(
     })
 }
 
-fn opt_json_col<T: DeserializeOwned>(
-    row: &SqliteRow,
+pub(crate) fn opt_json_col<T: DeserializeOwned>(
+    row: &AnyRow,
     name: &str,
     table: &'static str,
 ) -> Result<Option<T>, StoreError> {
@@ -89,7 +96,7 @@ fn opt_json_col<T: DeserializeOwned>(
     .transpose()
 }
 
-fn u32_col(row: &SqliteRow, name: &str, table: &'static str) -> Result<u32, StoreError> {
+pub(crate) fn u32_col(row: &AnyRow, name: &str, table: &'static str) -> Result<u32, StoreError> {
     let v: i64 = col(row, name, table)?;
     u32::try_from(v).map_err(|_| StoreError::Corrupt {
         table,
@@ -97,7 +104,7 @@ fn u32_col(row: &SqliteRow, name: &str, table: &'static str) -> Result<u32, Stor
     })
 }
 
-fn u64_col(row: &SqliteRow, name: &str, table: &'static str) -> Result<u64, StoreError> {
+pub(crate) fn u64_col(row: &AnyRow, name: &str, table: &'static str) -> Result<u64, StoreError> {
     let v: i64 = col(row, name, table)?;
     u64::try_from(v).map_err(|_| StoreError::Corrupt {
         table,
@@ -105,11 +112,14 @@ fn u64_col(row: &SqliteRow, name: &str, table: &'static str) -> Result<u64, Stor
     })
 }
 
-fn to_json(value: &impl serde::Serialize, what: &'static str) -> Result<String, StoreError> {
+pub(crate) fn to_json(
+    value: &impl serde::Serialize,
+    what: &'static str,
+) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::invalid(what, e.to_string()))
 }
 
-fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
+pub(crate) fn run_from_row(row: &AnyRow) -> Result<Run, StoreError> {
     const T: &str = "runs";
     let status: String = col(row, "status", T)?;
     let seed: i64 = col(row, "seed", T)?;
@@ -134,10 +144,11 @@ fn run_from_row(row: &SqliteRow) -> Result<Run, StoreError> {
             message: format!("unknown run status `{status}`"),
         })?,
         search_state: opt_json_col(row, "search_state", T)?,
+        settings: opt_json_col(row, "settings", T)?,
     })
 }
 
-fn candidate_from_row(row: &SqliteRow) -> Result<Candidate, StoreError> {
+pub(crate) fn candidate_from_row(row: &AnyRow) -> Result<Candidate, StoreError> {
     const T: &str = "candidates";
     let origin: String = col(row, "origin", T)?;
     Ok(Candidate {
@@ -160,10 +171,13 @@ fn candidate_from_row(row: &SqliteRow) -> Result<Candidate, StoreError> {
         created_at: col(row, "created_at", T)?,
         evaluated_at: col(row, "evaluated_at", T)?,
         eval_ms: col(row, "eval_ms", T)?,
+        evaluated_by: col(row, "evaluated_by", T)?,
+        claims: u32_col(row, "claims", T)?,
+        lease_owner: col(row, "lease_owner", T)?,
     })
 }
 
-fn measurement_from_row(row: &SqliteRow) -> Result<Measurement, StoreError> {
+fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StoreError> {
     const T: &str = "measurements";
     Ok(Measurement {
         id: col(row, "id", T)?,
@@ -184,7 +198,7 @@ fn measurement_from_row(row: &SqliteRow) -> Result<Measurement, StoreError> {
     })
 }
 
-fn generation_from_row(row: &SqliteRow) -> Result<Generation, StoreError> {
+pub(crate) fn generation_from_row(row: &AnyRow) -> Result<Generation, StoreError> {
     const T: &str = "generations";
     Ok(Generation {
         run_id: RunId(col(row, "run_id", T)?),
@@ -198,7 +212,7 @@ fn generation_from_row(row: &SqliteRow) -> Result<Generation, StoreError> {
     })
 }
 
-fn profile_from_row(row: &SqliteRow) -> Result<Profile, StoreError> {
+fn profile_from_row(row: &AnyRow) -> Result<Profile, StoreError> {
     const T: &str = "profiles";
     Ok(Profile {
         id: ProfileId(col(row, "id", T)?),
@@ -214,6 +228,30 @@ fn check_finite(what: &'static str, name: &str, v: Option<f64>) -> Result<(), St
     match v {
         Some(x) if !x.is_finite() => Err(StoreError::invalid(what, format!("{name} is {x}"))),
         _ => Ok(()),
+    }
+}
+
+/// A nullable float, bound so that PostgreSQL always sees DOUBLE PRECISION. (sqlx 0.8.6's
+/// `Any` driver sends a NULL `Option<f64>` as a REAL parameter; a statement first
+/// prepared with a NULL then rejects a later 8-byte value: "incorrect binary data format
+/// in bind parameter". A NULL typed as `f32` goes out as DOUBLE PRECISION.)
+pub(crate) struct F64(pub Option<f64>);
+
+impl sqlx::Type<Any> for F64 {
+    fn type_info() -> sqlx::any::AnyTypeInfo {
+        <f64 as sqlx::Type<Any>>::type_info()
+    }
+}
+
+impl<'q> sqlx::Encode<'q, Any> for F64 {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Any as sqlx::Database>::ArgumentBuffer<'q>,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        match self.0 {
+            Some(v) => <f64 as sqlx::Encode<'q, Any>>::encode_by_ref(&v, buf),
+            None => <Option<f32> as sqlx::Encode<'q, Any>>::encode_by_ref(&None, buf),
+        }
     }
 }
 
@@ -278,16 +316,35 @@ fn validate_result(
 
 impl Store {
     /// Opens (creating it if missing) the database at `url_or_path`: `population.db`, any
-    /// path, or `sqlite://PATH`. Brings its schema up to date. Refuses, without writing a
-    /// byte, a file that is not SQLite, a SQLite database of another program, and a
-    /// database written by a newer evo ([`StoreError::TooNew`]).
+    /// path, `sqlite://PATH`, or a PostgreSQL server `postgres://user:pw@host/db` (the
+    /// database must exist; its tables are created). Brings its schema up to date.
+    /// Refuses, without writing a byte, a file that is not SQLite, a database of another
+    /// program, and a database written by a newer evo ([`StoreError::TooNew`]).
     pub async fn open(url_or_path: &str) -> Result<Store, StoreError> {
         crate::open::open(url_or_path).await
     }
 
-    /// The database file.
+    /// The database file; on PostgreSQL the server's URL without its password (see
+    /// [`Store::file`]).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.path
+            .as_deref()
+            .unwrap_or_else(|| Path::new(&self.location))
+    }
+
+    /// The database file; `None` on PostgreSQL.
+    pub fn file(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The file, or the server's URL without its password.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// SQLite or PostgreSQL.
+    pub fn kind(&self) -> DbKind {
+        self.kind
     }
 
     /// Closes every connection (checkpointing the WAL). Dropping a store without closing
@@ -296,11 +353,17 @@ impl Store {
         self.pool.close().await;
     }
 
-    async fn write_tx(&self, context: &str) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .ctx(|| format!("starting a transaction for {context}"))
+    /// A transaction that writes: on SQLite `BEGIN IMMEDIATE` (takes the write lock at
+    /// once, so it waits for other writers instead of failing on upgrade).
+    pub(crate) async fn write_tx(
+        &self,
+        context: &str,
+    ) -> Result<Transaction<'static, Any>, StoreError> {
+        match self.kind {
+            DbKind::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            DbKind::Postgres => self.pool.begin().await,
+        }
+        .ctx(|| format!("starting a transaction for {context}"))
     }
 
     /// The `meta` table: `schema_version`, `created_by`.
@@ -522,6 +585,21 @@ impl Store {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
+        let mut tx = self.write_tx("inserting candidates").await?;
+        let ids = Self::insert_tx(&mut tx, run, candidates, skip_seen).await?;
+        tx.commit()
+            .await
+            .ctx(|| format!("committing candidates of run {run}"))?;
+        Ok(ids)
+    }
+
+    /// Inserts candidates inside a transaction (see [`Store::insert_candidates`]).
+    pub(crate) async fn insert_tx(
+        tx: &mut Transaction<'static, Any>,
+        run: RunId,
+        candidates: &[NewCandidate],
+        skip_seen: bool,
+    ) -> Result<Vec<Option<CandidateId>>, StoreError> {
         let sql = if skip_seen {
             "INSERT INTO candidates (run_id, genome, hash, generation, parents, origin, \
              source_key, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -531,7 +609,6 @@ impl Store {
              source_key, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id"
         };
         let now = now();
-        let mut tx = self.write_tx("inserting candidates").await?;
         let mut ids = Vec::with_capacity(candidates.len());
         for c in candidates {
             let hash = c.genome.hash().0;
@@ -544,7 +621,7 @@ impl Store {
                 .bind(c.origin.name())
                 .bind(&c.source_key)
                 .bind(&now)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| {
                     if is_unique_violation(&e) {
@@ -563,9 +640,6 @@ impl Store {
                 })?;
             ids.push(id.map(CandidateId));
         }
-        tx.commit()
-            .await
-            .ctx(|| format!("committing candidates of run {run}"))?;
         Ok(ids)
     }
 
@@ -687,6 +761,32 @@ impl Store {
         result: &CandidateResult,
         measurements: &[NewMeasurement],
     ) -> Result<(), StoreError> {
+        self.record_impl(candidate, None, result, measurements)
+            .await
+    }
+
+    /// [`Store::record_result`] for a candidate that `host` claimed
+    /// ([`Store::claim_candidates`]): written only while the lease is still the host's
+    /// ([`StoreError::LeaseLost`] when it expired and another host claimed the
+    /// candidate), and the lease is released in the same transaction.
+    pub async fn record_claimed_result(
+        &self,
+        candidate: CandidateId,
+        host: &str,
+        result: &CandidateResult,
+        measurements: &[NewMeasurement],
+    ) -> Result<(), StoreError> {
+        self.record_impl(candidate, Some(host), result, measurements)
+            .await
+    }
+
+    async fn record_impl(
+        &self,
+        candidate: CandidateId,
+        host: Option<&str>,
+        result: &CandidateResult,
+        measurements: &[NewMeasurement],
+    ) -> Result<(), StoreError> {
         validate_result(result, measurements)?;
         let resources = result
             .resources
@@ -696,33 +796,47 @@ impl Store {
         let mut tx = self
             .write_tx(&format!("the result of candidate {candidate}"))
             .await?;
-        let done = sqlx::query(
+        let done = sqlx::query(if host.is_some() {
             "UPDATE candidates SET status = $1, gate = $2, detail = $3, resources = $4, \
              fitness = $5, eval_ms = $6, evaluated_at = $7, \
-             source_key = COALESCE($8, source_key) \
-             WHERE id = $9 AND status IS NULL",
-        )
+             source_key = COALESCE($8, source_key), evaluated_by = $10, \
+             lease_owner = NULL, lease_until = NULL \
+             WHERE id = $9 AND status IS NULL AND lease_owner = $10"
+        } else {
+            "UPDATE candidates SET status = $1, gate = $2, detail = $3, resources = $4, \
+             fitness = $5, eval_ms = $6, evaluated_at = $7, \
+             source_key = COALESCE($8, source_key), evaluated_by = $10, \
+             lease_owner = NULL, lease_until = NULL \
+             WHERE id = $9 AND status IS NULL"
+        })
         .bind(&result.status)
         .bind(&result.gate)
         .bind(&result.detail)
         .bind(resources)
-        .bind(result.fitness)
-        .bind(result.eval_ms)
+        .bind(F64(result.fitness))
+        .bind(F64(result.eval_ms))
         .bind(now())
         .bind(&result.source_key)
         .bind(candidate.0)
+        .bind(host)
         .execute(&mut *tx)
         .await
         .ctx(|| format!("recording the result of candidate {candidate}"))?;
         if done.rows_affected() == 0 {
-            let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM candidates WHERE id = $1")
-                .bind(candidate.0)
-                .fetch_optional(&mut *tx)
-                .await
-                .ctx(|| format!("looking up candidate {candidate}"))?;
-            return Err(match exists {
-                Some(_) => StoreError::AlreadyRecorded(candidate),
-                None => StoreError::NoSuchCandidate(candidate),
+            let exists: Option<Option<String>> =
+                sqlx::query_scalar("SELECT status FROM candidates WHERE id = $1")
+                    .bind(candidate.0)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .ctx(|| format!("looking up candidate {candidate}"))?;
+            return Err(match (exists, host) {
+                (Some(Some(_)), _) => StoreError::AlreadyRecorded(candidate),
+                (Some(None), Some(host)) => StoreError::LeaseLost {
+                    candidate,
+                    host: host.to_string(),
+                },
+                (Some(None), None) => StoreError::AlreadyRecorded(candidate),
+                (None, _) => StoreError::NoSuchCandidate(candidate),
             });
         }
         for m in measurements {
@@ -735,14 +849,14 @@ impl Store {
             .bind(candidate.0)
             .bind(&shape)
             .bind(to_json(&m.shape, "shape")?)
-            .bind(m.median_us)
-            .bind(m.p20_us)
-            .bind(m.p80_us)
+            .bind(F64(m.median_us))
+            .bind(F64(m.p20_us))
+            .bind(F64(m.p80_us))
             .bind(to_json(&m.samples, "samples")?)
-            .bind(nan_to_none(m.tflops))
-            .bind(nan_to_none(m.peak_fraction))
-            .bind(nan_to_none(m.max_abs_err))
-            .bind(nan_to_none(m.rel_l2))
+            .bind(F64(nan_to_none(m.tflops)))
+            .bind(F64(nan_to_none(m.peak_fraction)))
+            .bind(F64(nan_to_none(m.max_abs_err)))
+            .bind(F64(nan_to_none(m.rel_l2)))
             .execute(&mut *tx)
             .await
             .ctx(|| format!("storing the measurement of candidate {candidate} on {shape}"))?;
@@ -852,7 +966,7 @@ impl Store {
                  WHERE id = $3 AND run_id = $4 AND status IN ('evaluated', 'regressed')",
             )
             .bind(status)
-            .bind(fitness)
+            .bind(F64(*fitness))
             .bind(id.0)
             .bind(run.0)
             .execute(&mut *tx)
@@ -896,8 +1010,8 @@ impl Store {
 
     // ----- generations -----
 
-    async fn upsert_generation(
-        tx: &mut Transaction<'static, Sqlite>,
+    pub(crate) async fn upsert_generation_tx(
+        tx: &mut Transaction<'static, Any>,
         g: &GenerationRow,
     ) -> Result<(), StoreError> {
         check_finite("generation", "best_fitness", g.best_fitness)?;
@@ -914,7 +1028,7 @@ impl Store {
         .bind(to_json(&g.elites, "elites")?)
         .bind(to_json(&g.insights, "insights")?)
         .bind(to_json(&g.state, "state")?)
-        .bind(g.best_fitness)
+        .bind(F64(g.best_fitness))
         .bind(i64::try_from(g.evaluated).unwrap_or(i64::MAX))
         .bind(now())
         .execute(&mut **tx)
@@ -936,7 +1050,7 @@ impl Store {
     /// resumed run may redo the generation it was killed in).
     pub async fn save_generation(&self, g: &GenerationRow) -> Result<(), StoreError> {
         let mut tx = self.write_tx("saving a generation").await?;
-        Self::upsert_generation(&mut tx, g).await?;
+        Self::upsert_generation_tx(&mut tx, g).await?;
         tx.commit().await.ctx(|| "committing a generation".into())
     }
 
@@ -948,7 +1062,7 @@ impl Store {
         search_state: &Json,
     ) -> Result<(), StoreError> {
         let mut tx = self.write_tx("saving a generation").await?;
-        Self::upsert_generation(&mut tx, g).await?;
+        Self::upsert_generation_tx(&mut tx, g).await?;
         let done = sqlx::query("UPDATE runs SET search_state = $1, updated_at = $2 WHERE id = $3")
             .bind(to_json(search_state, "search state")?)
             .bind(now())

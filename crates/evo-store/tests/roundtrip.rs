@@ -1,5 +1,6 @@
 //! Round trips of every table, uniqueness, ordering and validation.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -10,10 +11,8 @@ use evo_store::{
 };
 use serde_json::json;
 
-#[tokio::test]
-async fn runs_round_trip() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(runs_round_trip);
+async fn runs_round_trip(store: Store) {
     let mut new = new_run("r1");
     new.seed = u64::MAX - 7; // does not fit an i64: stored as the same bits
     new.evaluator = "replay:runs/r0.jsonl".into();
@@ -88,10 +87,8 @@ async fn runs_round_trip() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn candidates_and_measurements_round_trip() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(candidates_and_measurements_round_trip);
+async fn candidates_and_measurements_round_trip(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
 
     let parent = genome(0);
@@ -219,10 +216,8 @@ async fn candidates_and_measurements_round_trip() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn invalid_results_change_nothing() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(invalid_results_change_nothing);
+async fn invalid_results_change_nothing(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
     let ids = store
         .insert_candidates(run, &candidates(0..1, 0))
@@ -269,10 +264,8 @@ async fn invalid_results_change_nothing() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn unique_run_and_hash_is_enforced() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(unique_run_and_hash_is_enforced);
+async fn unique_run_and_hash_is_enforced(store: Store) {
     let run = store.create_run(&new_run("a")).await.unwrap();
     let other = store.create_run(&new_run("b")).await.unwrap();
     let first = store
@@ -339,10 +332,8 @@ async fn unique_run_and_hash_is_enforced() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn elites_are_by_fitness_then_id() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(elites_are_by_fitness_then_id);
+async fn elites_are_by_fitness_then_id(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
     let ids = store
         .insert_candidates(run, &candidates(0..7, 0))
@@ -408,10 +399,8 @@ async fn elites_are_by_fitness_then_id() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn run_summaries_count_per_status() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(run_summaries_count_per_status);
+async fn run_summaries_count_per_status(store: Store) {
     let a = store.create_run(&new_run("a")).await.unwrap();
     let b = store.create_run(&new_run("b")).await.unwrap();
     let ids = store
@@ -464,10 +453,8 @@ async fn run_summaries_count_per_status() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn baselines_round_trip() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(baselines_round_trip);
+async fn baselines_round_trip(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
     let s1 = shape_key(&shape(1024));
     let s2 = shape_key(&shape(4096));
@@ -510,10 +497,8 @@ async fn baselines_round_trip() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn generations_round_trip() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(generations_round_trip);
+async fn generations_round_trip(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
     assert!(store.latest_generation(run).await.unwrap().is_none());
     for g in [1u32, 0, 2] {
@@ -582,10 +567,8 @@ async fn generations_round_trip() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn profiles_round_trip_and_runs_delete_with_everything() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(profiles_round_trip_and_runs_delete_with_everything);
+async fn profiles_round_trip_and_runs_delete_with_everything(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
     let keep = store.create_run(&new_run("keep")).await.unwrap();
     let ids = store
@@ -668,10 +651,8 @@ async fn profiles_round_trip_and_runs_delete_with_everything() {
     store.close().await;
 }
 
-#[tokio::test]
-async fn meta_records_schema_version_and_creator() {
-    let (_dir, path) = temp_db();
-    let store = open(&path).await;
+both_backends!(meta_records_schema_version_and_creator);
+async fn meta_records_schema_version_and_creator(store: Store) {
     let meta = store.meta().await.unwrap();
     assert_eq!(
         meta.get("schema_version").map(String::as_str),
@@ -696,6 +677,7 @@ async fn url_forms_create_the_file() {
         .unwrap();
     assert!(plain.exists() && url.exists());
     assert_eq!(b.path(), url.as_path());
+    assert_eq!(b.file(), Some(url.as_path()));
     a.create_run(&new_run("x")).await.unwrap();
     a.close().await;
     b.close().await;
@@ -704,7 +686,7 @@ async fn url_forms_create_the_file() {
     assert!(a.run("x").await.unwrap().is_some());
     a.close().await;
 
-    let err = Store::open("postgres://localhost/evo").await.unwrap_err();
+    let err = Store::open("mysql://localhost/evo").await.unwrap_err();
     assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{err}");
-    assert!(err.to_string().contains("SQLite"), "{err}");
+    assert!(err.to_string().contains("postgres://"), "{err}");
 }

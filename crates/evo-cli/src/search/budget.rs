@@ -12,6 +12,14 @@ pub enum Budget {
     Generations(u32),
 }
 
+/// A duration written like a time budget: `90s`, `30m`, `8h` (for `--lease`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match s.parse::<Budget>() {
+        Ok(Budget::Time(d)) => Ok(d),
+        _ => Err(format!("`{s}` is not a duration: write 90s, 30m or 8h")),
+    }
+}
+
 impl std::str::FromStr for Budget {
     type Err = String;
 

@@ -6,6 +6,14 @@
 //! its unevaluated candidates pending, and `--resume` evaluates those, then carries on
 //! with the same strategy state (the strategy is a pure function of the seed and the
 //! stored history, so nothing else needs saving).
+//!
+//! One loop serves one host and many (`evo join RUN --db postgres://...`): each host
+//! claims pending candidates with a lease (extended by a heartbeat while it evaluates),
+//! records results under its lease, and when no candidate is pending, whichever host
+//! gets there first completes the generation and stores the next one's proposals in one
+//! compare-and-set transaction ([`evo_store::Store::advance_generation`]). Proposals
+//! depend only on the seed and the recorded results, so every host would propose the
+//! same genomes, and the run equals a single-process run with the same seed and results.
 
 pub mod backend;
 pub mod baseline;
@@ -28,8 +36,8 @@ use evo_eval::Status;
 use evo_gpu::{CompileCache, Compiler};
 use evo_search::{History, Insights, Outcome, SearchParams, StrategyKind};
 use evo_store::{
-    CandidateResult, GenerationRow, NewCandidate, NewMeasurement, NewRun, Origin, RunId, RunStatus,
-    Store,
+    Advance, CandidateResult, GenerationRow, NewCandidate, NewMeasurement, NewRun, Origin, RunId,
+    RunStatus, Store,
 };
 use serde_json::json;
 
@@ -41,12 +49,20 @@ pub struct Options {
     pub config: Option<PathBuf>,
     pub run: Option<String>,
     pub resume: Option<String>,
+    /// `evo join RUN`: work on a run another host started.
+    pub join: Option<String>,
+    /// How long a claimed candidate stays this host's without a heartbeat (new runs;
+    /// `--resume` may change it; joiners use the run's).
+    pub lease: Option<Duration>,
+    /// New runs: accept hosts whose GPUs differ from the first host's.
+    pub allow_mixed_gpus: bool,
     pub db: String,
     pub budget: Option<Budget>,
     pub patience: Option<u32>,
     pub seed: Option<u64>,
     pub strategy: Option<String>,
-    pub evaluator: String,
+    /// `gpu` or `replay:FILE`; `None`: `gpu` for a new run, the run's own otherwise.
+    pub evaluator: Option<String>,
     pub gpus: String,
     pub templates: Option<PathBuf>,
     pub progress: bool,
@@ -58,7 +74,60 @@ struct Tally {
     evaluated: u64,
     by_status: BTreeMap<&'static str, u64>,
     gpu_ms: f64,
-    best: Option<(f64, String)>,
+    /// Time spent waiting for the database (claims, results, advances, polls).
+    db: Duration,
+    /// Generations this host advanced.
+    advanced: u32,
+    /// Results refused because the lease had gone to another host.
+    lost: u64,
+}
+
+/// Run-wide settings every host obeys (stored in `runs.settings`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+struct RunSettings {
+    /// Hosts whose GPU differs from the first host's may join.
+    allow_mixed_devices: bool,
+    /// Lease of a claimed candidate, ms (a host's heartbeat extends it).
+    lease_ms: u64,
+    /// The run ends after this many generations.
+    max_generations: Option<u32>,
+    /// The run ends after this many generations without improvement (0: never).
+    patience: u32,
+}
+
+/// Default lease: long enough for any evaluation's heartbeat gap, short enough that a
+/// dead host's genomes come back soon.
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// How long `evo join` waits for its run to be created and given a baseline.
+const JOIN_WAIT: Duration = Duration::from_secs(600);
+
+/// This host's name (for host ids and messages).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether a process of this host is alive (`None`: cannot tell here).
+fn pid_alive(pid: u32) -> Option<bool> {
+    if !Path::new("/proc/self").exists() {
+        return None;
+    }
+    Some(Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Times a database call into `tally.db`.
+macro_rules! db {
+    ($tally:expr, $e:expr) => {{
+        let t = Instant::now();
+        let r = $e;
+        $tally.db += t.elapsed();
+        r
+    }};
 }
 
 pub(crate) fn params(cfg: &SearchConfig, seed: Option<u64>) -> SearchParams {
@@ -96,6 +165,10 @@ fn outcome(c: &evo_store::Candidate) -> Outcome {
 
 /// Log lines of the run go to `<db folder>/evo-logs/<run>.log` as well as stderr.
 fn run_log_path(db: &str, run: &str) -> PathBuf {
+    if db.contains("://") && !db.starts_with("sqlite:") {
+        // A server: the log stays on this host, in the working directory.
+        return Path::new("evo-logs").join(format!("{run}.log"));
+    }
     let db_path = Path::new(
         db.strip_prefix("sqlite://")
             .or(db.strip_prefix("sqlite:"))
@@ -121,12 +194,21 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     // The run: a new one, or one to resume (its stored config is the truth).
     // A resumed run keeps its own seed and strategy (flags cannot change them).
     let mut stored_seed_and_strategy: Option<(u64, String)> = None;
-    let (run_id, run_name, config) = match &o.resume {
+    let mut existing: Option<evo_store::Run> = None;
+    let (run_id, run_name, config) = match o.resume.as_ref().or(o.join.as_ref()) {
         Some(name) => {
-            let run = store
-                .run(name)
-                .await?
-                .ok_or_else(|| anyhow!("no run `{name}` in {}", o.db))?;
+            let mut run = store.run(name).await?;
+            if run.is_none() && o.join.is_some() {
+                // Hosts started together: the first may not have created the run yet.
+                eprintln!("waiting for run `{name}` to be created (up to 10 minutes)");
+                let waited = Instant::now();
+                while run.is_none() && waited.elapsed() < JOIN_WAIT {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    run = store.run(name).await?;
+                }
+            }
+            let run =
+                run.ok_or_else(|| anyhow!("no run `{name}` in {}", evo_store::redact_url(&o.db)))?;
             let path = run
                 .search_state
                 .as_ref()
@@ -143,6 +225,9 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             }
             let config = SearchConfig::parse(&path, &run.config_toml)?;
             if run.status == RunStatus::Finished {
+                if o.join.is_some() {
+                    bail!("run `{}` has finished: there is nothing to join (continue it with evo search --resume {} --db ...)", run.name, run.name);
+                }
                 eprintln!("note: run `{}` had finished; continuing it", run.name);
             }
             if o.seed.is_some_and(|s| s != run.seed)
@@ -151,8 +236,9 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 bail!("run `{}` uses seed {} and strategy {}; a resumed run keeps them (drop --seed/--strategy)", run.name, run.seed, run.strategy);
             }
             stored_seed_and_strategy = Some((run.seed, run.strategy.clone()));
-            store.set_run_status(run.id, RunStatus::Running).await?;
-            (run.id, run.name, config)
+            let out = (run.id, run.name.clone(), config);
+            existing = Some(run);
+            out
         }
         None => {
             let path = o
@@ -175,8 +261,19 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     let family = evo_kernels::Family::load(&root, &config.problem, &config.family)?;
     let problem = family.problem;
 
-    // Evaluator: the GPU (its architecture decides the target) or a landscape.
-    let replay = o.evaluator.strip_prefix("replay:").map(PathBuf::from);
+    // Evaluator: the GPU (its architecture decides the target) or a landscape. A run
+    // keeps its evaluator: every host of it evaluates the same way.
+    let evaluator = match (&o.evaluator, &existing) {
+        (Some(e), Some(run)) if *e != run.evaluator => bail!(
+            "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
+            run.name,
+            run.evaluator
+        ),
+        (Some(e), _) => e.clone(),
+        (None, Some(run)) => run.evaluator.clone(),
+        (None, None) => "gpu".into(),
+    };
+    let replay = evaluator.strip_prefix("replay:").map(PathBuf::from);
     let (target, device_name, gpus) = match &replay {
         Some(_) => {
             let arch = match config.compile.arch.as_str() {
@@ -186,11 +283,8 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             (Target::from_arch(&arch)?, None, Vec::new())
         }
         None => {
-            if o.evaluator != "gpu" {
-                bail!(
-                    "--evaluator must be `gpu` or `replay:FILE`, not `{}`",
-                    o.evaluator
-                );
+            if evaluator != "gpu" {
+                bail!("--evaluator must be `gpu` or `replay:FILE`, not `{evaluator}`");
             }
             let (gpus, info) = crate::setup::gpus(&o.gpus)?;
             let d = &info.devices[gpus[0] as usize];
@@ -291,7 +385,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     };
 
     // Create the run now that everything it needs has loaded.
-    let run_id = if o.resume.is_some() {
+    let run_id = if existing.is_some() {
         run_id
     } else {
         let nvrtc = evo_gpu::nvrtc::version()
@@ -315,6 +409,81 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             })
             .await?
     };
+    // Run-wide settings: set by the run's first host, changed only by --resume.
+    let mut settings = existing
+        .as_ref()
+        .and_then(|r| r.settings.clone())
+        .and_then(|s| serde_json::from_value::<RunSettings>(s).ok())
+        .unwrap_or(RunSettings {
+            allow_mixed_devices: o.allow_mixed_gpus,
+            lease_ms: DEFAULT_LEASE.as_millis() as u64,
+            max_generations: None,
+            patience: config.search.patience,
+        });
+    if o.join.is_none() {
+        if let Some(l) = o.lease {
+            settings.lease_ms = l.as_millis().max(1) as u64;
+        }
+        if let Some(Budget::Generations(n)) = o.budget {
+            settings.max_generations = Some(n);
+        }
+        if let Some(p) = o.patience {
+            settings.patience = p;
+        }
+        if existing.is_none() {
+            settings.allow_mixed_devices = o.allow_mixed_gpus;
+        }
+        store
+            .set_run_settings(run_id, &serde_json::to_value(&settings)?)
+            .await?;
+    } else if matches!(o.budget, Some(Budget::Generations(_))) {
+        bail!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
+    }
+    if let (Some(run), Some((ours, _))) = (&existing, &device_name) {
+        if let Some(theirs) = run.device.as_ref().filter(|d| *d != ours) {
+            if !settings.allow_mixed_devices {
+                bail!(
+                    "run `{}` runs on {theirs}; this host's GPU is {ours}: their timings would not compare. Join from hosts with {theirs}, or start the run with --allow-mixed-gpus",
+                    run.name
+                );
+            }
+            eprintln!("warning: run `{}` runs on {theirs}, this host on {ours} (the run allows mixed GPUs)", run.name);
+        }
+    }
+    let lease = Duration::from_millis(settings.lease_ms);
+    let me = evo_store::NewHost {
+        id: format!(
+            "{}:{}:{:04x}",
+            hostname(),
+            std::process::id(),
+            evo_store::now_ms() as u16 ^ (std::process::id() as u16).rotate_left(7)
+        ),
+        hostname: hostname(),
+        pid: std::process::id(),
+        device: device_name.as_ref().map(|d| d.0.clone()),
+        gpus: gpus.len() as u32,
+        evaluator: backend.label(),
+    };
+    // Leases of processes of this host that died (SIGKILL, a crash) go back at once
+    // instead of after their timeout.
+    for h in store.hosts(run_id).await? {
+        if h.hostname == me.hostname
+            && h.finished_at.is_none()
+            && h.pid != me.pid
+            && pid_alive(h.pid) == Some(false)
+        {
+            let n = store.release_leases(&h.id).await?;
+            if n > 0 {
+                eprintln!("released {n} candidate(s) claimed by {}, which died", h.id);
+            }
+        }
+    }
+    store.register_host(run_id, &me).await?;
+    if existing.is_some() {
+        // Only now that every check passed: a refused host leaves the run as it was.
+        store.set_run_status(run_id, RunStatus::Running).await?;
+    }
+
     crate::set_run_log(&run_log_path(&o.db, &run_name));
     tracing::info!(run = %run_name, evaluator = %backend.label(), strategy = kind.name(), "search starts");
 
@@ -349,6 +518,22 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         .map(|b| (b.shape, b.median_us))
         .collect();
     let needed: Vec<String> = configured_shapes.iter().map(evo_store::shape_key).collect();
+    if o.join.is_some() {
+        // The run's first host sets the baseline; wait for it.
+        let waited = Instant::now();
+        while needed.iter().any(|k| !baselines.contains_key(k)) {
+            if waited.elapsed() > JOIN_WAIT || stop.load(Ordering::SeqCst) {
+                bail!("run `{run_name}` has no baseline after 10 minutes: is its first host (evo search) running?");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            baselines = store
+                .baselines(run_id)
+                .await?
+                .into_iter()
+                .map(|b| (b.shape, b.median_us))
+                .collect();
+        }
+    }
     if needed.iter().any(|k| !baselines.contains_key(k)) {
         let spec = config.search.baseline.clone();
         match spec.as_deref() {
@@ -451,95 +636,78 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     }
     let baseline_times: Vec<f64> = needed.iter().map(|k| baselines[k]).collect();
 
-    // History from the database; the generation to work on.
-    let mut history = History::new();
-    for c in store.candidates(run_id).await? {
-        history.insert(Genome::parse(&c.genome)?, c.generation, outcome(&c));
-    }
-    let mut generation = store
-        .latest_generation(run_id)
-        .await?
-        .map(|g| g.generation + 1)
-        .unwrap_or(0);
-    let mut best_so_far = history.best().and_then(|r| r.fitness());
-    let mut stale_generations = 0u32;
-    let patience = o.patience.unwrap_or(config.search.patience);
+    // Heartbeat: keeps this host alive in `hosts` and its leases held while it evaluates.
+    let heartbeat = {
+        let (store, id) = (store.clone(), me.id.clone());
+        tokio::spawn(async move {
+            let every = (lease / 4).max(Duration::from_millis(50));
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = store.heartbeat(&id, lease).await {
+                    tracing::warn!("heartbeat: {e}");
+                }
+            }
+        })
+    };
+
+    // Evaluations in flight at once: every GPU busy plus compilation running ahead.
+    let limit = match &*backend {
+        Backend::Gpu(b) => b.evaluator.pool.size() + b.compile_limit.available_permits(),
+        Backend::Replay { .. } => 1,
+    };
+    let poll = (lease / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
     let progress = indicatif::ProgressBar::new_spinner();
     if !o.progress {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     progress.enable_steady_tick(Duration::from_millis(250));
     let mut finished_reason = "interrupted";
+    let mut run_finished = false;
+    let mut stopping = false;
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut generation_now = 0u32;
 
     loop {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        match o.budget {
-            Some(Budget::Time(t)) if started.elapsed() >= t => {
-                finished_reason = "time budget spent";
-                break;
+        if !stopping {
+            if stop.load(Ordering::SeqCst) {
+                stopping = true;
             }
-            Some(Budget::Evaluations(n)) if tally.evaluated >= n => {
-                finished_reason = "evaluation budget spent";
-                break;
-            }
-            _ => {}
-        }
-        // This generation's candidates: those already stored (a resumed generation), or
-        // new proposals.
-        let stored: Vec<evo_store::Candidate> = store
-            .candidates(run_id)
-            .await?
-            .into_iter()
-            .filter(|c| c.generation == generation && c.origin != Origin::Baseline)
-            .collect();
-        let batch: Vec<(evo_store::CandidateId, Genome)> = if stored.is_empty() {
-            let proposals = strategy.propose(&space, &history, generation, &seeds);
-            if proposals.is_empty() {
-                finished_reason = "the space is exhausted";
-                break;
-            }
-            let rows: Vec<NewCandidate> = proposals
-                .iter()
-                .map(|p| {
-                    NewCandidate::new(p.genome.clone(), generation, origin(p.origin))
-                        .with_parents(p.parents.iter().map(|h| h.0.clone()))
-                })
-                .collect();
-            let ids = store.insert_candidates(run_id, &rows).await?;
-            history.add_proposals(generation, proposals.iter().map(|p| &p.genome));
-            ids.into_iter()
-                .zip(proposals.into_iter().map(|p| p.genome))
-                .collect()
-        } else {
-            stored
-                .iter()
-                .filter(|c| c.status.is_none())
-                .map(|c| Ok((c.id, Genome::parse(&c.genome)?)))
-                .collect::<Result<_>>()?
-        };
-
-        // Evaluate the batch: compilation runs ahead on CPU threads while the GPU
-        // workers evaluate; results are committed as they arrive.
-        let mut tasks = tokio::task::JoinSet::new();
-        let limit = Arc::new(tokio::sync::Semaphore::new(match &*backend {
-            Backend::Gpu(b) => b.evaluator.pool.size() + b.compile_limit.available_permits(),
-            Backend::Replay { .. } => 1,
-        }));
-        for (id, genome) in batch {
-            let (backend, stop, limit) = (backend.clone(), stop.clone(), limit.clone());
-            tasks.spawn(async move {
-                let _permit = limit.acquire_owned().await.expect("open");
-                if stop.load(Ordering::SeqCst) {
-                    return None; // left pending: evaluated on resume
+            match o.budget {
+                Some(Budget::Time(t)) if started.elapsed() >= t => {
+                    finished_reason = "time budget spent";
+                    stopping = true;
                 }
-                // None: stopped before reaching a GPU; left pending for --resume.
-                let r = backend.evaluate(id.0 as u64, &genome, &stop).await?;
-                Some((id, genome, r))
-            });
+                Some(Budget::Evaluations(n)) if tally.evaluated + in_flight.len() as u64 >= n => {
+                    finished_reason = "evaluation budget spent";
+                    stopping = true;
+                }
+                _ => {}
+            }
         }
-        while let Some(joined) = tasks.join_next().await {
+        // Take work while there is room: pending candidates nobody holds, or whose
+        // holder's lease expired.
+        if !stopping && in_flight.len() < limit {
+            let room = match o.budget {
+                Some(Budget::Evaluations(n)) => (limit - in_flight.len())
+                    .min((n - tally.evaluated - in_flight.len() as u64) as usize),
+                _ => limit - in_flight.len(),
+            };
+            let claimed = db!(
+                tally,
+                store.claim_candidates(run_id, &me.id, room, lease).await
+            )?;
+            for c in claimed {
+                generation_now = c.generation;
+                let genome = Genome::parse(&c.genome)?;
+                let (backend, stop, id) = (backend.clone(), stop.clone(), c.id);
+                in_flight.spawn(async move {
+                    // None: stopped before reaching a GPU; the lease is released.
+                    let r = backend.evaluate(id.0 as u64, &genome, &stop).await?;
+                    Some((id, genome, r))
+                });
+            }
+        }
+        if let Some(joined) = in_flight.join_next().await {
             let Some((id, genome, r)) = joined.expect("evaluation task") else {
                 continue;
             };
@@ -553,40 +721,26 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                         .unwrap_or(f64::NAN)
                 })
                 .collect();
-            let mut status = r.status;
-            let fitness = if status == Status::Evaluated {
-                geomean_speedup(&baseline_times, &times)
-            } else {
-                None
-            };
-            if status == Status::Evaluated
-                && is_regressed(
-                    &baseline_times,
-                    &times,
-                    config.search.regression_tolerance,
-                    config.search.regression_shapes,
-                )
-            {
-                status = Status::Regressed;
-            }
+            let (status, fitness) = score(r.status, &baseline_times, &times, &config.search);
             let mut row = result_row(&r, fitness);
             row.status = status.name().into();
-            store.record_result(id, &row, &measurements(&r)).await?;
-            history.set_outcome(
-                &genome.hash(),
-                match fitness {
-                    Some(f) => Outcome::Evaluated { fitness: f },
-                    None => Outcome::Failed,
-                },
-            );
+            match db!(
+                tally,
+                store
+                    .record_claimed_result(id, &me.id, &row, &measurements(&r))
+                    .await
+            ) {
+                Ok(()) => {}
+                Err(e @ evo_store::StoreError::LeaseLost { .. }) => {
+                    tally.lost += 1;
+                    tracing::warn!("{e}");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
             tally.evaluated += 1;
             tally.gpu_ms += r.gpu_ms;
             *tally.by_status.entry(status.name()).or_default() += 1;
-            if let Some(f) = fitness.filter(|_| status == Status::Evaluated) {
-                if tally.best.as_ref().is_none_or(|(b, _)| f > *b) {
-                    tally.best = Some((f, genome.canonical()));
-                }
-            }
             let hours = started.elapsed().as_secs_f64() / 3600.0;
             let failures: Vec<String> = tally
                 .by_status
@@ -595,98 +749,215 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 .map(|(s, n)| format!("{s} {n}"))
                 .collect();
             progress.set_message(format!(
-                "gen {generation} | {} evaluated | {} | best {} | {:.0}/h",
+                "gen {generation_now} | {} evaluated here | {} | {:.0}/h",
                 tally.evaluated,
                 if failures.is_empty() {
                     "no failures".to_string()
                 } else {
                     failures.join(", ")
                 },
-                history
-                    .best()
-                    .and_then(|b| b.fitness())
-                    .map_or("-".into(), |f| format!("{f:.3}x")),
                 tally.evaluated as f64 / hours.max(1e-9)
             ));
             tracing::info!(genome = %genome.canonical(), status = status.name(), fitness = ?fitness, "evaluated");
+            continue;
         }
-        if stop.load(Ordering::SeqCst) {
+        // Nothing in flight and nothing to claim.
+        if stopping {
             break;
         }
+        let run = db!(tally, store.run_by_id(run_id).await)?
+            .ok_or_else(|| anyhow!("run `{run_name}` was deleted"))?;
+        if run.status == RunStatus::Finished {
+            finished_reason = "the run finished";
+            run_finished = true;
+            break;
+        }
+        let candidates = db!(tally, store.candidates(run_id).await)?;
+        if candidates.iter().any(|c| c.status.is_none()) {
+            // Other hosts hold them; their results, or their expired leases, come soon.
+            tokio::time::sleep(poll).await;
+            continue;
+        }
 
-        // The generation is complete: elites, insights and state, in one transaction.
-        let insights = Insights::compute(&space, &history, params.elites);
-        let elites: Vec<serde_json::Value> = history
-            .elites(params.elites)
+        // Every candidate has its result: complete the generation and propose the next,
+        // unless another host does it first. Any host computes the same proposals: they
+        // depend on the seed and the stored results only.
+        let latest = db!(tally, store.latest_generation(run_id).await)?;
+        let current = latest.as_ref().map_or(0, |g| g.generation + 1);
+        let mut history = History::new();
+        for c in &candidates {
+            history.insert(Genome::parse(&c.genome)?, c.generation, outcome(c));
+        }
+        let proposed = candidates
             .iter()
-            .map(|r| json!({"genome": r.genome.canonical(), "hash": r.hash.0, "fitness": r.fitness()}))
-            .collect();
-        let best = history.best().and_then(|r| r.fitness());
-        let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+            .any(|c| c.generation == current && c.origin != Origin::Baseline);
         let mut state = state_base.clone();
-        state["generation"] = json!(generation);
-        state["evaluated_this_invocation"] = json!(tally.evaluated);
-        state["gpu_busy_fraction"] = json!(if gpus.is_empty() {
-            0.0
-        } else {
-            tally.gpu_ms / (wall_ms * gpus.len() as f64)
-        });
-        state["evaluations_per_hour"] = json!(tally.evaluated as f64 / (wall_ms / 3.6e6).max(1e-9));
-        store
-            .save_generation_and_state(
-                &GenerationRow {
-                    run_id,
-                    generation,
-                    elites: json!(elites),
-                    insights: serde_json::to_value(&insights)?,
-                    state: state.clone(),
-                    best_fitness: best,
-                    evaluated: history.evaluated().count() as u64,
-                },
-                &state,
-            )
-            .await?;
-        progress.println(format!(
-            "generation {generation}: {} genomes evaluated in the run, best fitness {}",
-            history.evaluated().count(),
-            best.map_or("-".into(), |f| format!("{f:.4}x"))
-        ));
-        if best > best_so_far {
-            best_so_far = best;
-            stale_generations = 0;
-        } else {
-            stale_generations += 1;
-        }
-        generation += 1;
-        if let Some(Budget::Generations(n)) = o.budget {
-            if generation >= n {
-                finished_reason = "generation budget spent";
-                break;
+        let mut finish: Option<&'static str> = None;
+        let (completed, next) = if proposed {
+            let insights = Insights::compute(&space, &history, params.elites);
+            let elites: Vec<serde_json::Value> = history
+                .elites(params.elites)
+                .iter()
+                .map(|r| json!({"genome": r.genome.canonical(), "hash": r.hash.0, "fitness": r.fitness()}))
+                .collect();
+            let best = history.best().and_then(|r| r.fitness());
+            let previous_best = latest.as_ref().and_then(|g| g.best_fitness);
+            let stale = if best > previous_best {
+                0
+            } else {
+                latest
+                    .as_ref()
+                    .and_then(|g| g.state.get("stale_generations"))
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0)
+                    + 1
+            };
+            let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+            state["generation"] = json!(current);
+            state["stale_generations"] = json!(stale);
+            state["advanced_by"] = json!(me.id);
+            state["evaluated_this_invocation"] = json!(tally.evaluated);
+            state["gpu_busy_fraction"] = json!(if gpus.is_empty() {
+                0.0
+            } else {
+                tally.gpu_ms / (wall_ms * gpus.len() as f64)
+            });
+            state["evaluations_per_hour"] =
+                json!(tally.evaluated as f64 / (wall_ms / 3.6e6).max(1e-9));
+            if settings.max_generations.is_some_and(|n| current + 1 >= n) {
+                finish = Some("generation budget spent");
+            } else if settings.patience > 0 && stale >= u64::from(settings.patience) {
+                finish = Some("no improvement within the patience");
             }
+            let row = GenerationRow {
+                run_id,
+                generation: current,
+                elites: json!(elites),
+                insights: serde_json::to_value(&insights)?,
+                state: state.clone(),
+                best_fitness: best,
+                evaluated: history.evaluated().count() as u64,
+            };
+            (Some(row), current + 1)
+        } else {
+            if settings.max_generations.is_some_and(|n| current >= n) {
+                finish = Some("generation budget spent");
+            }
+            // The newest completed generation, if any.
+            state["generation"] = json!(current.checked_sub(1));
+            (None, current)
+        };
+        let proposals = match finish {
+            Some(_) => Vec::new(),
+            None => strategy.propose(&space, &history, next, &seeds),
+        };
+        if finish.is_none() && proposals.is_empty() {
+            finish = Some("the space is exhausted");
         }
-        if patience > 0 && stale_generations >= patience {
-            finished_reason = "no improvement within the patience";
+        let rows: Vec<NewCandidate> = proposals
+            .iter()
+            .map(|p| {
+                NewCandidate::new(p.genome.clone(), next, origin(p.origin))
+                    .with_parents(p.parents.iter().map(|h| h.0.clone()))
+            })
+            .collect();
+        let won = db!(
+            tally,
+            store
+                .advance_generation(
+                    run_id,
+                    &Advance {
+                        expected_latest: latest.as_ref().map(|g| g.generation),
+                        completed: completed.as_ref(),
+                        next_generation: next,
+                        proposals: &rows,
+                        search_state: &state,
+                        finish: finish.is_some(),
+                    },
+                )
+                .await
+        )?;
+        if !won {
+            continue; // another host advanced; its proposals are in the queue
+        }
+        tally.advanced += 1;
+        if let Some(row) = &completed {
+            progress.println(format!(
+                "generation {}: {} genomes evaluated in the run, best fitness {}",
+                row.generation,
+                row.evaluated,
+                row.best_fitness.map_or("-".into(), |f| format!("{f:.4}x"))
+            ));
+        }
+        if let Some(reason) = finish {
+            finished_reason = reason;
+            run_finished = true;
             break;
         }
     }
     progress.finish_and_clear();
+    heartbeat.abort();
     let interrupted = stop.load(Ordering::SeqCst);
+    let wall = started.elapsed().as_secs_f64();
+    let gpu_busy: Vec<(u32, f64)> = match &*backend {
+        Backend::Gpu(b) => {
+            let busy = b.evaluator.pool.busy().await;
+            b.evaluator.pool.shutdown().await;
+            busy.into_iter()
+                .map(|(g, d)| (g, d.as_secs_f64() / wall.max(1e-9)))
+                .collect()
+        }
+        Backend::Replay { .. } => Vec::new(),
+    };
+    let db_ms = tally.db.as_secs_f64() * 1e3;
     store
-        .set_run_status(
-            run_id,
-            if interrupted {
-                RunStatus::Interrupted
-            } else {
-                RunStatus::Finished
-            },
+        .finish_host(
+            &me.id,
+            tally.evaluated,
+            db_ms,
+            &json!({
+                "wall_s": wall,
+                "advanced": tally.advanced,
+                "lost_leases": tally.lost,
+                "gpu_busy": gpu_busy.iter().map(|(g, f)| json!({"gpu": g, "busy": f})).collect::<Vec<_>>(),
+                "reason": finished_reason,
+            }),
         )
         .await?;
-    if let Backend::Gpu(b) = &*backend {
-        b.evaluator.pool.shutdown().await;
+    if !run_finished {
+        // This host stops; the run goes on if another host still works on it.
+        let now = evo_store::now_ms();
+        let others = store
+            .hosts(run_id)
+            .await?
+            .into_iter()
+            .filter(|h| {
+                h.id != me.id
+                    && h.finished_at.is_none()
+                    && now - h.heartbeat_ms < 2 * lease.as_millis() as i64
+            })
+            .count();
+        if others == 0 {
+            store
+                .set_run_status(
+                    run_id,
+                    if interrupted {
+                        RunStatus::Interrupted
+                    } else {
+                        RunStatus::Finished
+                    },
+                )
+                .await?;
+        } else {
+            eprintln!("{others} other host(s) still work on run `{run_name}`");
+        }
     }
-    let wall = started.elapsed().as_secs_f64();
     // The fittest genome, regressed ones included (against a fast external baseline
     // every early kernel regresses).
+    let mut history = History::new();
+    for c in store.candidates(run_id).await? {
+        history.insert(Genome::parse(&c.genome)?, c.generation, outcome(&c));
+    }
     let best = history.best().and_then(|r| {
         r.fitness()
             .map(|f| (f, r.genome.canonical(), r.hash.0.clone()))
@@ -700,7 +971,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         }
     );
     println!(
-        "  {} evaluations in {:.1} min ({:.0}/hour){}",
+        "  {} evaluations here in {:.1} min ({:.0}/hour){}",
         tally.evaluated,
         wall / 60.0,
         tally.evaluated as f64 / (wall / 3600.0).max(1e-9),
@@ -711,6 +982,27 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 ", GPU busy {:.0}%",
                 100.0 * tally.gpu_ms / (wall * 1e3 * gpus.len() as f64)
             )
+        }
+    );
+    if !gpu_busy.is_empty() {
+        println!(
+            "  per GPU busy: {}",
+            gpu_busy
+                .iter()
+                .map(|(g, f)| format!("gpu{g} {:.0}%", 100.0 * f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!(
+        "  database: {:.2} ms per evaluation ({:.1} s in all; {} generation(s) advanced here{})",
+        db_ms / (tally.evaluated.max(1) as f64),
+        db_ms / 1e3,
+        tally.advanced,
+        if tally.lost > 0 {
+            format!(", {} result(s) refused: lease lost", tally.lost)
+        } else {
+            String::new()
         }
     );
     println!(
@@ -729,7 +1021,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     if interrupted {
         println!(
             "  resume with: evo search --resume {run_name} --db {}",
-            o.db
+            evo_store::redact_url(&o.db)
         );
     }
     Ok(std::process::ExitCode::SUCCESS)

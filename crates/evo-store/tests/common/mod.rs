@@ -17,6 +17,80 @@ pub async fn open(path: &Path) -> Store {
     Store::open(path.to_str().unwrap()).await.expect("open")
 }
 
+/// The PostgreSQL server of the tests (scripts/test.sh starts one and exports it), or
+/// `None` with a printed reason.
+pub fn pg_url() -> Option<String> {
+    match std::env::var("EVO_TEST_PG_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "skipping the PostgreSQL case: EVO_TEST_PG_URL is unset (scripts/test.sh \
+                 starts a server with scripts/install-postgres.sh and sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// A URL of the test server whose tables live in a new, empty schema: every test gets
+/// a database of its own.
+pub async fn fresh_pg(url: &str) -> String {
+    use sqlx::Connection;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect to EVO_TEST_PG_URL");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let schema = format!(
+        "t_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    );
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut conn)
+        .await
+        .expect("create a test schema");
+    let _ = conn.close().await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// A store in a fresh schema of the test server, or `None` (reason printed).
+pub async fn open_pg() -> Option<Store> {
+    let url = fresh_pg(&pg_url()?).await;
+    Some(
+        Store::open(&url)
+            .await
+            .expect("open the PostgreSQL test database"),
+    )
+}
+
+/// `both_backends!(name);` before `async fn name(store: Store)` runs the test on a fresh
+/// SQLite file (`name::sqlite`) and on a fresh PostgreSQL schema (`name::postgres`,
+/// skipped with a reason when EVO_TEST_PG_URL is unset).
+#[macro_export]
+macro_rules! both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let (_dir, path) = $crate::common::temp_db();
+                super::$name($crate::common::open(&path).await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(store) = $crate::common::open_pg().await else {
+                    return;
+                };
+                super::$name(store).await;
+            }
+        }
+    };
+}
+
 pub fn new_run(name: &str) -> NewRun {
     NewRun {
         name: name.into(),
