@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Follow-up of docs/open/sdpa-crash-2026-11-22.md on a GPU machine (repo root, .gpu/ carried):
+# Follow-up of docs/notes/sdpa-crash-2026-11-22.md on a GPU machine (repo root, .gpu/ carried):
 #  1. the Ctrl-C run again (workers now in their own process group): no genome may crash,
 #     and --resume carries on;
 #  2. every genome of that run's generation 0 (the list in the doc) through every gate
@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 export EVO_CACHE_DIR=$PWD/.evo-cache
 bash scripts/gpu/ctrlc.sh "${1:-120}" "${2:-60s}"
 args=()
-while read -r g; do args+=(-g "$g"); done < <(sed -n '/^```$/,/^```$/p' docs/open/sdpa-crash-2026-11-22.md | grep '^BLOCK_M=')
+while read -r g; do args+=(-g "$g"); done < <(sed -n '/^```$/,/^```$/p' docs/notes/sdpa-crash-2026-11-22.md | grep '^BLOCK_M=')
 echo "== evo eval of the ${#args[@]} / 2 genomes of generation 0"
 start=$SECONDS
 .gpu/evo --json eval -c configs/sdpa.toml "${args[@]}" > "$OUT/gen0_eval.json" 2> "$OUT/gen0_eval.err"
