@@ -16,6 +16,8 @@ pub enum ElemType {
     F16,
     Bf16,
     F32,
+    /// FP8 e4m3 codes (see [`crate::fp8`]).
+    E4m3,
 }
 
 impl ElemType {
@@ -24,6 +26,7 @@ impl ElemType {
             "f16" => Some(ElemType::F16),
             "bf16" => Some(ElemType::Bf16),
             "f32" => Some(ElemType::F32),
+            "e4m3" => Some(ElemType::E4m3),
             _ => None,
         }
     }
@@ -32,6 +35,7 @@ impl ElemType {
         match self {
             ElemType::F16 | ElemType::Bf16 => 2,
             ElemType::F32 => 4,
+            ElemType::E4m3 => 1,
         }
     }
 
@@ -41,6 +45,7 @@ impl ElemType {
             ElemType::F16 => 0x7e00u16.to_le_bytes().to_vec(),
             ElemType::Bf16 => 0x7fc0u16.to_le_bytes().to_vec(),
             ElemType::F32 => f32::NAN.to_le_bytes().to_vec(),
+            ElemType::E4m3 => vec![0x7f],
         }
     }
 
@@ -49,6 +54,7 @@ impl ElemType {
             ElemType::F16 => out.extend(half::f16::from_f32(x).to_le_bytes()),
             ElemType::Bf16 => out.extend(half::bf16::from_f32(x).to_le_bytes()),
             ElemType::F32 => out.extend(x.to_le_bytes()),
+            ElemType::E4m3 => out.push(crate::fp8::encode(x)),
         }
     }
 
@@ -57,6 +63,7 @@ impl ElemType {
             ElemType::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
             ElemType::Bf16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
             ElemType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64,
+            ElemType::E4m3 => crate::fp8::decode(bytes[0]) as f64,
         }
     }
 }
@@ -154,6 +161,16 @@ pub struct ReferenceKernel {
     pub launch: evo_core::LaunchDims,
 }
 
+/// The original inputs of a problem whose kernel gets them encoded (FP8), the reference
+/// kernel that computes the exact answer from them (float32 output, its own argument
+/// list over these inputs), and the bound on the end-to-end error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndToEnd {
+    pub inputs: Vec<HostTensor>,
+    pub reference: ReferenceKernel,
+    pub tolerance: Tolerance,
+}
+
 pub(crate) fn int(shape: &Vars, name: &str) -> i64 {
     shape.get(name).and_then(Value::as_int).unwrap_or(0)
 }
@@ -203,10 +220,10 @@ mod tests {
 
     #[test]
     fn encode_decode_round_trip() {
-        for elem in [ElemType::F16, ElemType::Bf16, ElemType::F32] {
-            let t = HostTensor::from_f32(elem, &[1.5, -2.0, 0.0, 1024.0]);
+        for elem in [ElemType::F16, ElemType::Bf16, ElemType::F32, ElemType::E4m3] {
+            let t = HostTensor::from_f32(elem, &[1.5, -2.0, 0.0, 256.0]);
             assert_eq!(t.len(), 4);
-            assert_eq!(t.to_f64(), vec![1.5, -2.0, 0.0, 1024.0]);
+            assert_eq!(t.to_f64(), vec![1.5, -2.0, 0.0, 256.0]);
             let nan = HostTensor {
                 elem,
                 bytes: elem.nan_bytes(),

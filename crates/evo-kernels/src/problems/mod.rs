@@ -3,9 +3,11 @@
 
 mod gemm;
 mod sdpa;
+mod sdpa_fp8;
 
 pub use gemm::Gemm;
 pub use sdpa::Sdpa;
+pub use sdpa_fp8::SdpaFp8;
 
 /// Element types the fp16/bf16 problems are specialized for.
 pub(crate) const DTYPES: &[&str] = &["f16", "bf16"];
