@@ -18,6 +18,8 @@ pub enum ElemType {
     F32,
     /// FP8 e4m3 codes (see [`crate::fp8`]).
     E4m3,
+    /// Raw bytes, compared as the integers 0..=255 (bit-exact outputs).
+    U8,
 }
 
 impl ElemType {
@@ -27,6 +29,7 @@ impl ElemType {
             "bf16" => Some(ElemType::Bf16),
             "f32" => Some(ElemType::F32),
             "e4m3" => Some(ElemType::E4m3),
+            "u8" => Some(ElemType::U8),
             _ => None,
         }
     }
@@ -35,7 +38,7 @@ impl ElemType {
         match self {
             ElemType::F16 | ElemType::Bf16 => 2,
             ElemType::F32 => 4,
-            ElemType::E4m3 => 1,
+            ElemType::E4m3 | ElemType::U8 => 1,
         }
     }
 
@@ -46,6 +49,8 @@ impl ElemType {
             ElemType::Bf16 => 0x7fc0u16.to_le_bytes().to_vec(),
             ElemType::F32 => f32::NAN.to_le_bytes().to_vec(),
             ElemType::E4m3 => vec![0x7f],
+            // No NaN in a byte: 0xFF is the e4m3 code of -NaN, which no finite input gives.
+            ElemType::U8 => vec![0xff],
         }
     }
 
@@ -55,6 +60,7 @@ impl ElemType {
             ElemType::Bf16 => out.extend(half::bf16::from_f32(x).to_le_bytes()),
             ElemType::F32 => out.extend(x.to_le_bytes()),
             ElemType::E4m3 => out.push(crate::fp8::encode(x)),
+            ElemType::U8 => out.push(x as u8),
         }
     }
 
@@ -64,6 +70,7 @@ impl ElemType {
             ElemType::Bf16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
             ElemType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64,
             ElemType::E4m3 => crate::fp8::decode(bytes[0]) as f64,
+            ElemType::U8 => bytes[0] as f64,
         }
     }
 }
@@ -230,6 +237,9 @@ mod tests {
             };
             assert!(nan.get(0).is_nan());
         }
+        let bytes = HostTensor::from_f32(ElemType::U8, &[0.0, 7.0, 255.0]);
+        assert_eq!(bytes.bytes, vec![0, 7, 255]);
+        assert_eq!(bytes.to_f64(), vec![0.0, 7.0, 255.0]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use evo_core::{Value, Vars};
 use crate::harness::{
     ArgSlot, EndToEnd, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
 };
-pub use crate::problems::{Gemm, Sdpa, SdpaFp8};
+pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8};
 
 /// What values a problem variable takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -154,7 +154,7 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
 
 /// Every problem evo knows.
 pub fn problems() -> &'static [&'static dyn Problem] {
-    &[&Gemm, &Sdpa, &SdpaFp8]
+    &[&Gemm, &Sdpa, &SdpaFp8, &Fp8Quantize]
 }
 
 pub fn problem(name: &str) -> Option<&'static dyn Problem> {
