@@ -24,10 +24,10 @@ $EVO selftest 2>&1 | tee "$OUT/selftest.txt"; echo "selftest exit ${PIPESTATUS[0
 
 echo "== planted quantizer suite"
 $EVO check tests/planted/fp8_quantize/*.cu --problem fp8_quantize -c tests/planted/fp8_quantize/check.toml 2>&1 | tee "$OUT/planted_fp8_quantize.txt"
-echo "planted quantizer exit ${PIPESTATUS[0]} (0: every verdict as expected)"
+echo "planted quantizer exit ${PIPESTATUS[0]}; expect \"3 of 3 verdicts as expected\""
 echo "== planted FP8 attention suite"
 $EVO check tests/planted/sdpa_fp8/*.cu --problem sdpa_fwd_fp8 -c tests/planted/sdpa_fp8/check.toml 2>&1 | tee "$OUT/planted_sdpa_fp8.txt"
-echo "planted fp8 exit ${PIPESTATUS[0]} (0: every verdict as expected)"
+echo "planted fp8 exit ${PIPESTATUS[0]}; expect \"6 of 6 verdicts as expected\""
 
 echo "== evo eval --cover, configs/sdpa_fp8.toml"
 $EVO eval -c configs/sdpa_fp8.toml --cover 2>&1 | tee "$OUT/eval_fp8_cover.txt"

@@ -66,7 +66,7 @@ impl Quantized {
 /// Quantizes `values` as consecutive slices of `slice_len` elements (one per
 /// (batch, head) of a contiguous (batch, heads, seq, dim) tensor).
 pub fn quantize(values: &[f32], slice_len: usize) -> Quantized {
-    assert!(slice_len > 0 && values.len() % slice_len == 0);
+    assert!(slice_len > 0 && values.len().is_multiple_of(slice_len));
     let mut codes = Vec::with_capacity(values.len());
     let mut descale = Vec::with_capacity(values.len() / slice_len);
     for slice in values.chunks(slice_len) {

@@ -134,7 +134,7 @@ impl Problem for Fp8Quantize {
             InputKind::Zeros => {
                 let mut v = normal(&mut r, slices * len, 1.0);
                 for (i, x) in v.iter_mut().enumerate() {
-                    if (i / len) % 2 == 0 {
+                    if (i / len).is_multiple_of(2) {
                         *x = 0.0;
                     }
                 }

@@ -54,7 +54,7 @@ impl SdpaFp8 {
                     InputKind::Zeros => {
                         let mut v = normal(&mut r, len, 1.0);
                         for (i, x) in v.iter_mut().enumerate() {
-                            if (i / slice) % d.heads % 2 == 0 {
+                            if ((i / slice) % d.heads).is_multiple_of(2) {
                                 *x = 0.0;
                             }
                         }
