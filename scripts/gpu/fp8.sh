@@ -3,6 +3,8 @@
 # .gpu/ carried (.gpu/evo = release build). Logs under $OUT. About 5 minutes of GPU time.
 #  1. evo selftest: GPU references against float64 (sdpa_fwd_fp8 on dequantized inputs) and the
 #     GPU quantizer rule against the host rule (float8 crate) BIT FOR BIT (row "fp8_quantize");
+#  (with the bundle's test archive: crates/evo-gpu/tests/gpu_fp8.rs, the family's own quantizer
+#     bit for bit and a covering set of genomes against float64 on ragged shapes)
 #  2. planted suites: tests/planted/fp8_quantize (zero slice scale 1/448, one scale for all)
 #     and tests/planted/sdpa_fp8 (wrong head's scale, uninitialised scores, row-mixing warp
 #     reduction, outputs saturated at 448, forgotten v descale); each file's evo-expect must match;
@@ -21,6 +23,12 @@ mkdir -p $T
 
 echo "== selftest"
 $EVO selftest 2>&1 | tee "$OUT/selftest.txt"; echo "selftest exit ${PIPESTATUS[0]}"
+
+if [ -f .gpu/tests.tar.zst ]; then
+  echo "== GPU test: the family's quantizer vs the host rule (bit for bit), a covering set vs float64"
+  .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
+    -E 'test(fp8_family_quantizer_and_attention_on_the_gpu)' --no-capture 2>&1 | tail -n 15 | tee "$OUT/gpu_test.txt"
+fi
 
 echo "== planted quantizer suite"
 $EVO check tests/planted/fp8_quantize/*.cu --problem fp8_quantize -c tests/planted/fp8_quantize/check.toml 2>&1 | tee "$OUT/planted_fp8_quantize.txt"
