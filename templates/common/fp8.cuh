@@ -34,6 +34,17 @@ __device__ __forceinline__ unsigned pack4_e4m3(float a, float b, float c, float 
     return (lo & 0xffffu) | (hi << 16);
 }
 
+// The same, also adding the four rounded values (decoded back, exactly) to `sum`: a softmax
+// normalised by the sum of the weights it really used has no bias from rounding P.
+__device__ __forceinline__ unsigned pack4_e4m3_sum(float a, float b, float c, float d, float& sum) {
+    const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+    const float2 l = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(lo, __NV_E4M3)));
+    const float2 h = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(hi, __NV_E4M3)));
+    sum += (l.x + l.y) + (h.x + h.y);
+    return (unsigned(lo) & 0xffffu) | (unsigned(hi) << 16);
+}
+
 __device__ __forceinline__ float quant_to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float quant_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
