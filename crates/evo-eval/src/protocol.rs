@@ -87,6 +87,9 @@ pub struct CorrectnessPlan {
     pub guard_bytes: usize,
     /// Error bounds per dtype name after config overrides (`None`: the problem's).
     pub tolerance: Vec<(String, Tolerance)>,
+    /// Config override of the end-to-end bound (`[correctness.tolerance.end_to_end]`).
+    #[serde(default)]
+    pub end_to_end: Option<evo_core::config::ToleranceOverride>,
 }
 
 /// How the timing gate samples: the config's `[timing]` section as it is.
@@ -288,6 +291,7 @@ mod tests {
                 repeat_check: true,
                 guard_bytes: 4096,
                 tolerance: vec![],
+                end_to_end: None,
             },
             timing: None,
         };

@@ -505,11 +505,16 @@ impl Worker {
                         &ref_out,
                         &format!("{kind:?} original inputs on {}", describe(vars)),
                     )?;
-                    let e_stats = compare::compare(&got, &exact, &e2e.tolerance);
-                    failure = compare::verdict(&e_stats, &e2e.tolerance).map(|f| {
-                        CheckFailure::EndToEnd {
-                            failure: Box::new(f),
-                        }
+                    let mut e_tol = e2e.tolerance;
+                    if let Some(o) = &plan.end_to_end {
+                        e_tol.rtol = o.rtol.unwrap_or(e_tol.rtol);
+                        e_tol.atol_of_max = o.atol_of_max.unwrap_or(e_tol.atol_of_max);
+                        e_tol.atol_floor = o.atol_floor.unwrap_or(e_tol.atol_floor);
+                        e_tol.rel_l2 = o.rel_l2.unwrap_or(e_tol.rel_l2);
+                    }
+                    let e_stats = compare::compare(&got, &exact, &e_tol);
+                    failure = compare::verdict(&e_stats, &e_tol).map(|f| CheckFailure::EndToEnd {
+                        failure: Box::new(f),
                     });
                     end_to_end = Some(e_stats);
                 }
