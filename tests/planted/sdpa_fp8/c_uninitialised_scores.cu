@@ -1,6 +1,6 @@
 // evo-expect: incorrect
 // evo-launch: grid = ceil_div(SEQ_Q, 16), HEADS, BATCH; block = 128; shared_bytes = 0
-// evo-why: the score accumulator is never zeroed (it starts from the previous tile's probabilities): scores off by O(1) from the second tile on, outputs far off on random inputs: tolerance check
+// evo-why: the score accumulator is never zeroed (it starts from whatever shared memory holds: the previous tile's probabilities, or garbage on the first tile): scores off by O(1) or NaN, caught on random inputs by the tolerance or NaN check
 //
 // Planted-fault suite for sdpa_fwd_fp8 (tests/planted/sdpa_fp8/README.md): the plain tiled attention
 // kernel of tests/planted/sdpa/j_correct.cu (no tensor cores, f32 inside) on e4m3 inputs: Q, K, V
