@@ -312,6 +312,113 @@ mod tests {
         }
     }
 
+    /// The kernel's arithmetic on the host: online softmax over 32-key tiles in the log2
+    /// domain, P rounded to e4m3 as p * 448, row sums of the rounded weights, O = acc *
+    /// v_descale / l rounded to f16.
+    fn emulate_kernel(s: &Vars, t: &[HostTensor]) -> Vec<f64> {
+        let d = Dims::of(s);
+        let hd = d.head_dim;
+        let code = |x: usize, i: usize| t[x].get(i) as f32;
+        let mut o = vec![0.0; d.batch * d.heads * d.seq_q * hd];
+        for bh in 0..d.batch * d.heads {
+            let (qd, kd, vd) = (
+                t[3].get(bh) as f32,
+                t[4].get(bh) as f32,
+                t[5].get(bh) as f32,
+            );
+            let scale_log2 = d.scale() * std::f32::consts::LOG2_E * qd * kd;
+            let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
+            for i in 0..d.seq_q {
+                let visible = if d.causal {
+                    (i + 1).min(d.seq_kv)
+                } else {
+                    d.seq_kv
+                };
+                let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+                let mut acc = vec![0f32; hd];
+                for j0 in (0..visible).step_by(32) {
+                    let keys = j0..(j0 + 32).min(visible);
+                    let sc: Vec<f32> = keys
+                        .clone()
+                        .map(|j| {
+                            (0..hd)
+                                .map(|x| code(0, qb + i * hd + x) * code(1, kb + j * hd + x))
+                                .sum::<f32>()
+                                * scale_log2
+                        })
+                        .collect();
+                    let m_new = sc.iter().fold(m, |a, b| a.max(*b));
+                    let alpha = (m - m_new).exp2();
+                    l *= alpha;
+                    acc.iter_mut().for_each(|a| *a *= alpha);
+                    for (j, sj) in keys.zip(&sc) {
+                        let p = fp8::decode(fp8::encode((sj - m_new).exp2() * 448.0));
+                        l += p;
+                        for (x, a) in acc.iter_mut().enumerate() {
+                            *a += p * code(2, kb + j * hd + x);
+                        }
+                    }
+                    m = m_new;
+                }
+                for x in 0..hd {
+                    o[qb + i * hd + x] = half::f16::from_f32(acc[x] * vd / l).to_f64();
+                }
+            }
+        }
+        o
+    }
+
+    /// The tolerance admits the kernel's own rounding of P (with margin), on every input
+    /// kind, and rejects a wrong head's descale.
+    #[test]
+    fn tolerance_admits_rounding_p_and_rejects_wrong_scales() {
+        for (b, h, n, causal) in [(1, 4, 77, false), (1, 4, 300, false), (1, 4, 130, true)] {
+            let s = shape(b, h, n, n, causal);
+            let tol = SdpaFp8.tolerance(&s);
+            let check = |got: &[f64], want: &[f64]| -> (f64, f64) {
+                let max_ref = want.iter().fold(0f64, |m, w| m.max(w.abs()));
+                let (mut e2, mut r2, mut worst) = (0f64, 0f64, 0f64);
+                for (g, w) in got.iter().zip(want) {
+                    let e = (g - w).abs();
+                    let allowed = tol.atol_floor + tol.atol_of_max * max_ref + tol.rtol * w.abs();
+                    worst = worst.max(e / allowed);
+                    e2 += e * e;
+                    r2 += w * w;
+                }
+                (worst, if r2 > 0.0 { (e2 / r2).sqrt() } else { 0.0 })
+            };
+            for kind in [
+                InputKind::Random,
+                InputKind::Zeros,
+                InputKind::Large,
+                InputKind::OneHot,
+            ] {
+                let t = SdpaFp8.generate(&s, kind, 5);
+                let want = SdpaFp8.cpu_reference(&s, &t);
+                let (worst, rel) = check(&emulate_kernel(&s, &t), &want);
+                eprintln!("{kind:?} ({b},{h},{n},{causal}): {worst:.3} of the element bound, rel L2 {rel:.2e}");
+                // At most half of the allowance: a correct kernel passes with margin.
+                assert!(worst < 0.5, "{kind:?} {s:?}: {worst} of the element bound");
+                assert!(rel < tol.rel_l2 / 2.0, "{kind:?} {s:?}: rel L2 {rel}");
+                if kind == InputKind::Zeros || kind == InputKind::Large {
+                    // The next head's descales: far outside.
+                    let mut bad = t.clone();
+                    for x in 3..6 {
+                        let mut v = t[x].to_f64();
+                        v.rotate_left(1);
+                        let v: Vec<f32> = v.iter().map(|x| *x as f32).collect();
+                        bad[x] = HostTensor::from_f32(ElemType::F32, &v);
+                    }
+                    let (worst, rel) = check(&emulate_kernel(&s, &bad), &want);
+                    assert!(
+                        worst > 1.0 || rel > tol.rel_l2,
+                        "{kind:?}: wrong scales pass"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn args_put_descales_after_o() {
         let s = shape(1, 1, 1, 1, false);
