@@ -400,6 +400,30 @@ mod tests {
                 // At most half of the allowance: a correct kernel passes with margin.
                 assert!(worst < 0.5, "{kind:?} {s:?}: {worst} of the element bound");
                 assert!(rel < tol.rel_l2 / 2.0, "{kind:?} {s:?}: rel L2 {rel}");
+                // End to end, against attention on the original f16 inputs, likewise.
+                let e2e = SdpaFp8.end_to_end(&s, kind, 5).unwrap().tolerance;
+                let orig: Vec<Vec<f64>> = SdpaFp8
+                    .originals(&s, kind, 5)
+                    .iter()
+                    .map(|v| v.iter().map(|x| *x as f64).collect())
+                    .collect();
+                let exact = attention_f64(&Dims::of(&s), &orig[0], &orig[1], &orig[2]);
+                let got = emulate_kernel(&s, &t);
+                let max_ref = exact.iter().fold(0f64, |m, w| m.max(w.abs()));
+                let (mut e2, mut r2, mut worst_e) = (0f64, 0f64, 0f64);
+                for (g, w) in got.iter().zip(&exact) {
+                    let e = (g - w).abs();
+                    worst_e = worst_e
+                        .max(e / (e2e.atol_floor + e2e.atol_of_max * max_ref + e2e.rtol * w.abs()));
+                    e2 += e * e;
+                    r2 += w * w;
+                }
+                let rel_e = if r2 > 0.0 { (e2 / r2).sqrt() } else { 0.0 };
+                eprintln!("  end to end: {worst_e:.3} of the element bound, rel L2 {rel_e:.2e}");
+                assert!(
+                    worst_e < 0.5 && rel_e < e2e.rel_l2 / 2.0,
+                    "{kind:?} end to end: {worst_e} {rel_e}"
+                );
                 if kind == InputKind::Zeros || kind == InputKind::Large {
                     // The next head's descales: far outside.
                     let mut bad = t.clone();
