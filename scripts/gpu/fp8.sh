@@ -10,7 +10,7 @@
 #     reduction, outputs saturated at 448, forgotten v descale); each file's evo-expect must match;
 #  3. a covering sample of sdpa_fwd_fp8_mma (every knob value) through every gate on the default
 #     and edge shapes (kernel-level and end-to-end errors);
-#  4. a 2-minute search on the FP8 family against PyTorch SDPA fp16;
+#  4. a 90-second search on the FP8 family against PyTorch SDPA fp16;
 #  5. the table: best FP8 variant vs the best fp16 variant vs PyTorch SDPA fp16, kernel-only and
 #     end to end (quantizer + attention), both errors (scripts/fp8_table.py).
 set -uo pipefail
@@ -43,9 +43,9 @@ $EVO eval -c configs/sdpa_fp8.toml --cover 2>&1 | tee "$OUT/eval_fp8_cover.txt"
 echo "== PyTorch SDPA fp16 on the default shapes"
 python3 scripts/torch_sdpa_baseline.py configs/sdpa_fp8.toml --out configs/torch_sdpa_fp8_baseline.json 2>&1 | tee "$OUT/torch.txt"
 
-echo "== search (2 minutes)"
+echo "== search (90 s)"
 rm -f $T/fp8.db $T/fp8.db-*
-$EVO search -c configs/sdpa_fp8_search.toml --run fp8 --db $T/fp8.db --budget 2m --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
+$EVO search -c configs/sdpa_fp8_search.toml --run fp8 --db $T/fp8.db --budget 90s --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
 python3 scripts/run_summary.py $T/fp8.db fp8 2>&1 | tee "$OUT/search_summary.txt"
 cp $T/fp8.db "$OUT/fp8.db"
 BEST8=$(python3 - <<'PY'
