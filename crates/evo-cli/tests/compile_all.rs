@@ -40,7 +40,13 @@ fn check_kernel(reports: &[Json], kernel: &str) {
     for r in reports {
         let g = r["genome"].as_str().unwrap();
         assert_eq!(r["success"], true, "{g}: {}", r["log"]);
-        let k = &r["kernels"][0];
+        // The kernel by name: a module may hold others (the FP8 family's quantizer).
+        let k = r["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["name"] == kernel)
+            .unwrap_or_else(|| panic!("{g}: no kernel `{kernel}` in {}", r["kernels"]));
         assert_eq!(k["spill_store_bytes"], 0, "{g} spills");
         assert_eq!(k["stack_frame_bytes"], 0, "{g} uses a stack frame");
         assert!(r["cubin_bytes"].as_u64().unwrap() > 0);
@@ -113,5 +119,59 @@ fn a_covering_sample_of_sdpa_genomes_compiles_for_sm_90a() {
         // Two specializations (head dim 64 and 128) per genome, at least 4 genomes.
         assert!(reports.len() >= 8, "{}", reports.len());
         check_kernel(&reports, "sdpa_fwd");
+    }
+}
+
+/// A sample of the FP8 attention family that uses every value of every knob compiles
+/// (head dims 64 and 128 together, causal and not, fp16 and bf16 output; head dim 64
+/// alone, where BLOCK_N = 64 is valid too) with tensor-core instructions (HMMA on
+/// sm_90a: ptxas unpacks the e4m3 mma.sync to fp16) and no spills; the quantizer kernel
+/// ships in the same module.
+#[test]
+fn a_covering_sample_of_fp8_sdpa_genomes_compiles_for_sm_90a() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/sdpa_fp8.toml")).unwrap();
+    let only_64 = |t: &str| -> String {
+        t.split("[[shapes]]")
+            .filter(|part| !part.contains("HEAD_DIM = 128"))
+            .collect::<Vec<_>>()
+            .join("[[shapes]]")
+    };
+    for (causal, dtype, d64) in [
+        ("false", "f16", false),
+        ("true", "bf16", false),
+        ("false", "f16", true),
+    ] {
+        let cfg = dir.path().join(format!("fp8-{causal}-{dtype}-{d64}.toml"));
+        let body = text
+            .replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
+            .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
+            .replace(
+                "family = \"sdpa_fwd_fp8_mma\"",
+                &format!(
+                    "family = \"sdpa_fwd_fp8_mma\"\ntemplates = {:?}",
+                    root().join("templates")
+                ),
+            );
+        std::fs::write(&cfg, if d64 { only_64(&body) } else { body }).unwrap();
+        let reports = compile(&["--cover"], &cfg);
+        assert!(reports.len() >= 4, "{}", reports.len());
+        check_kernel(&reports, "sdpa_fwd_fp8");
+        for r in &reports {
+            assert!(
+                r["kernels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["name"] == "sdpa_fp8_quantize"),
+                "{}: no quantizer",
+                r["genome"]
+            );
+        }
+        if d64 {
+            assert!(reports
+                .iter()
+                .any(|r| r["genome"].as_str().unwrap().contains("BLOCK_N=64")));
+        }
     }
 }

@@ -22,6 +22,8 @@
 //! random_trials = 3
 //! [correctness.tolerance.f16]
 //! rtol = 5e-3
+//! [correctness.tolerance.end_to_end]  # problems with encoded inputs (FP8): the bound on the
+//! rel_l2 = 0.2                         # error against the original inputs
 //!
 //! [timing]                      # optional; `TimingConfig`
 //! [static]                      # optional; `StaticConfig`
@@ -94,7 +96,9 @@ pub struct CorrectnessConfig {
     pub edge_shapes: bool,
     /// Bytes of guard region before and after the output.
     pub guard_bytes: usize,
-    /// Per-dtype overrides of the problem's error bounds, e.g. `[correctness.tolerance.f16]`.
+    /// Per-dtype overrides of the problem's error bounds, e.g. `[correctness.tolerance.f16]`;
+    /// the key `end_to_end` overrides the end-to-end bound of problems with encoded inputs
+    /// (FP8: the error against the original fp16/bf16 inputs).
     pub tolerance: BTreeMap<String, ToleranceOverride>,
 }
 

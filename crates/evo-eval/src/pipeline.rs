@@ -197,6 +197,7 @@ impl Evaluator {
                 repeat_check: self.gates.correctness.repeat_check,
                 guard_bytes: self.gates.correctness.guard_bytes,
                 tolerance: self.tolerances(&c),
+                end_to_end: self.gates.correctness.tolerance.get("end_to_end").copied(),
             },
             timing: self.gates.timing.clone(),
         };

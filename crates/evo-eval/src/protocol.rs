@@ -87,6 +87,9 @@ pub struct CorrectnessPlan {
     pub guard_bytes: usize,
     /// Error bounds per dtype name after config overrides (`None`: the problem's).
     pub tolerance: Vec<(String, Tolerance)>,
+    /// Config override of the end-to-end bound (`[correctness.tolerance.end_to_end]`).
+    #[serde(default)]
+    pub end_to_end: Option<evo_core::config::ToleranceOverride>,
 }
 
 /// How the timing gate samples: the config's `[timing]` section as it is.
@@ -156,6 +159,24 @@ impl ShapeResult {
             .map(|t| &t.stats)
             .max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2))
     }
+
+    /// The worst end-to-end error of any trial (problems with encoded inputs only).
+    pub fn worst_end_to_end(&self) -> Option<&ErrorStats> {
+        self.trials
+            .iter()
+            .filter_map(|t| t.end_to_end.as_ref())
+            .max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2))
+    }
+
+    /// The relative L2 column of tables: the worst error, and the worst end-to-end one
+    /// where there is one.
+    pub fn rel_l2_text(&self) -> String {
+        let w = self.worst().map_or(0.0, |w| w.rel_l2);
+        match self.worst_end_to_end() {
+            Some(e) => format!("{w:.2e} (e2e {:.2e})", e.rel_l2),
+            None => format!("{w:.2e}"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -165,6 +186,11 @@ pub struct TrialReport {
     pub stats: ErrorStats,
     /// The first check this trial failed.
     pub failure: Option<CheckFailure>,
+    /// Problems with encoded inputs (FP8): the error against the exact answer on the
+    /// original inputs ([`evo_kernels::Problem::end_to_end`]), checked only when the
+    /// output passed against its own reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_to_end: Option<ErrorStats>,
 }
 
 /// Error of an output against the reference.
@@ -197,6 +223,8 @@ pub enum CheckFailure {
     InputModified { input: String },
     /// A second launch on the same inputs gave a different output.
     Nondeterministic { differing: u64, first: usize },
+    /// The output is too far from the exact answer on the original (unencoded) inputs.
+    EndToEnd { failure: Box<CheckFailure> },
 }
 
 impl std::fmt::Display for CheckFailure {
@@ -216,6 +244,10 @@ impl std::fmt::Display for CheckFailure {
             CheckFailure::Nondeterministic { differing, first } => write!(
                 f,
                 "second launch on the same inputs differs in {differing} elements (first at {first}): a race or nondeterminism"
+            ),
+            CheckFailure::EndToEnd { failure } => write!(
+                f,
+                "end to end, against the original inputs: {failure}"
             ),
         }
     }
@@ -267,6 +299,7 @@ mod tests {
                 repeat_check: true,
                 guard_bytes: 4096,
                 tolerance: vec![],
+                end_to_end: None,
             },
             timing: None,
         };

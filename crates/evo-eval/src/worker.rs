@@ -292,6 +292,16 @@ impl Worker {
                 problem.name()
             ))
         })?;
+        self.load_reference(problem, &reference)?;
+        Ok((reference, 0))
+    }
+
+    /// Compiles and loads a reference kernel once (by entry name).
+    fn load_reference(
+        &mut self,
+        problem: &dyn Problem,
+        reference: &evo_kernels::harness::ReferenceKernel,
+    ) -> Result<(), Stop> {
         if !self.references.contains_key(&reference.entry) {
             if self.compiler.is_none() {
                 let (major, minor) = self.gpu.info.compute_capability;
@@ -322,7 +332,34 @@ impl Worker {
             self.references
                 .insert(reference.entry.clone(), (module, function));
         }
-        Ok((reference, 0))
+        Ok(())
+    }
+
+    /// The float32 output of a reference kernel on `inputs` (uploaded to `buffers`),
+    /// written to `out`; refuses a non-finite reference.
+    fn run_reference(
+        &self,
+        reference: &evo_kernels::harness::ReferenceKernel,
+        buffers: &[DeviceBuffer],
+        out: &DeviceBuffer,
+        what: &str,
+    ) -> Result<Vec<f32>, Stop> {
+        let args = bind_args(&reference.args, buffers, out.ptr());
+        let (_, f) = &self.references[&reference.entry];
+        self.gpu.launch(f, &reference.launch, &args)?;
+        self.gpu.synchronize()?;
+        let values: Vec<f32> = self
+            .gpu
+            .download(out)?
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(Stop::Setup(format!(
+                "the reference output is not finite at {i} for {what}"
+            )));
+        }
+        Ok(values)
     }
 
     fn alloc_call(
@@ -451,6 +488,40 @@ impl Worker {
             if failure.is_none() {
                 failure = compare::verdict(&stats, &tol);
             }
+            // Encoded inputs (FP8): the error against the exact answer on the originals.
+            let mut end_to_end = None;
+            if failure.is_none() {
+                if let Some(e2e) = problem.end_to_end(vars, *kind, *seed) {
+                    self.load_reference(problem, &e2e.reference)?;
+                    let buffers = e2e
+                        .inputs
+                        .iter()
+                        .map(|h| {
+                            let b = self.gpu.alloc(h.bytes.len())?;
+                            self.gpu.upload(&b, &h.bytes)?;
+                            Ok(b)
+                        })
+                        .collect::<Result<Vec<_>, CudaError>>()?;
+                    let exact = self.run_reference(
+                        &e2e.reference,
+                        &buffers,
+                        &ref_out,
+                        &format!("{kind:?} original inputs on {}", describe(vars)),
+                    )?;
+                    let mut e_tol = e2e.tolerance;
+                    if let Some(o) = &plan.end_to_end {
+                        e_tol.rtol = o.rtol.unwrap_or(e_tol.rtol);
+                        e_tol.atol_of_max = o.atol_of_max.unwrap_or(e_tol.atol_of_max);
+                        e_tol.atol_floor = o.atol_floor.unwrap_or(e_tol.atol_floor);
+                        e_tol.rel_l2 = o.rel_l2.unwrap_or(e_tol.rel_l2);
+                    }
+                    let e_stats = compare::compare(&got, &exact, &e_tol);
+                    failure = compare::verdict(&e_stats, &e_tol).map(|f| CheckFailure::EndToEnd {
+                        failure: Box::new(f),
+                    });
+                    end_to_end = Some(e_stats);
+                }
+            }
             if failure.is_none() && plan.repeat_check && t == 0 {
                 self.gpu.upload(&cand.output, &poison)?;
                 self.launch_all(functions, launches, &cand_args)?;
@@ -473,6 +544,7 @@ impl Worker {
                 seed: *seed,
                 stats,
                 failure,
+                end_to_end,
             });
             if let Some(f) = failed {
                 return Err(Stop::Check(format!(

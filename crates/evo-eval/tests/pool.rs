@@ -51,6 +51,7 @@ fn job(id: u64) -> Job {
             repeat_check: false,
             guard_bytes: 16,
             tolerance: vec![],
+            end_to_end: None,
         },
         timing: None,
     }

@@ -17,6 +17,10 @@ pub enum ElemType {
     F16,
     Bf16,
     F32,
+    /// FP8 e4m3 codes (see [`crate::fp8`]).
+    E4m3,
+    /// Raw bytes, compared as the integers 0..=255 (bit-exact outputs).
+    U8,
 }
 
 impl ElemType {
@@ -25,6 +29,8 @@ impl ElemType {
             "f16" => Some(ElemType::F16),
             "bf16" => Some(ElemType::Bf16),
             "f32" => Some(ElemType::F32),
+            "e4m3" => Some(ElemType::E4m3),
+            "u8" => Some(ElemType::U8),
             _ => None,
         }
     }
@@ -33,6 +39,7 @@ impl ElemType {
         match self {
             ElemType::F16 | ElemType::Bf16 => 2,
             ElemType::F32 => 4,
+            ElemType::E4m3 | ElemType::U8 => 1,
         }
     }
 
@@ -42,6 +49,9 @@ impl ElemType {
             ElemType::F16 => 0x7e00u16.to_le_bytes().to_vec(),
             ElemType::Bf16 => 0x7fc0u16.to_le_bytes().to_vec(),
             ElemType::F32 => f32::NAN.to_le_bytes().to_vec(),
+            ElemType::E4m3 => vec![0x7f],
+            // No NaN in a byte: 0xFF is the e4m3 code of -NaN, which no finite input gives.
+            ElemType::U8 => vec![0xff],
         }
     }
 
@@ -50,6 +60,8 @@ impl ElemType {
             ElemType::F16 => out.extend(half::f16::from_f32(x).to_le_bytes()),
             ElemType::Bf16 => out.extend(half::bf16::from_f32(x).to_le_bytes()),
             ElemType::F32 => out.extend(x.to_le_bytes()),
+            ElemType::E4m3 => out.push(crate::fp8::encode(x)),
+            ElemType::U8 => out.push(x as u8),
         }
     }
 
@@ -58,6 +70,8 @@ impl ElemType {
             ElemType::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
             ElemType::Bf16 => half::bf16::from_le_bytes([bytes[0], bytes[1]]).to_f64(),
             ElemType::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as f64,
+            ElemType::E4m3 => crate::fp8::decode(bytes[0]) as f64,
+            ElemType::U8 => bytes[0] as f64,
         }
     }
 }
@@ -163,6 +177,16 @@ pub struct ReferenceKernel {
     pub launch: evo_core::LaunchDims,
 }
 
+/// The original inputs of a problem whose kernel gets them encoded (FP8), the reference
+/// kernel that computes the exact answer from them (float32 output, its own argument
+/// list over these inputs), and the bound on the end-to-end error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndToEnd {
+    pub inputs: Vec<HostTensor>,
+    pub reference: ReferenceKernel,
+    pub tolerance: Tolerance,
+}
+
 pub(crate) fn int(shape: &Vars, name: &str) -> i64 {
     shape.get(name).and_then(Value::as_int).unwrap_or(0)
 }
@@ -240,16 +264,19 @@ mod tests {
 
     #[test]
     fn encode_decode_round_trip() {
-        for elem in [ElemType::F16, ElemType::Bf16, ElemType::F32] {
-            let t = HostTensor::from_f32(elem, &[1.5, -2.0, 0.0, 1024.0]);
+        for elem in [ElemType::F16, ElemType::Bf16, ElemType::F32, ElemType::E4m3] {
+            let t = HostTensor::from_f32(elem, &[1.5, -2.0, 0.0, 256.0]);
             assert_eq!(t.len(), 4);
-            assert_eq!(t.to_f64(), vec![1.5, -2.0, 0.0, 1024.0]);
+            assert_eq!(t.to_f64(), vec![1.5, -2.0, 0.0, 256.0]);
             let nan = HostTensor {
                 elem,
                 bytes: elem.nan_bytes(),
             };
             assert!(nan.get(0).is_nan());
         }
+        let bytes = HostTensor::from_f32(ElemType::U8, &[0.0, 7.0, 255.0]);
+        assert_eq!(bytes.bytes, vec![0, 7, 255]);
+        assert_eq!(bytes.to_f64(), vec![0.0, 7.0, 255.0]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!   CUDA source with its launch geometry per shape.
 
 pub mod family;
+pub mod fp8;
 pub mod handwritten;
 pub mod harness;
 pub mod problem;

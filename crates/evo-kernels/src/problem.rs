@@ -2,8 +2,10 @@
 
 use evo_core::{Value, Vars};
 
-use crate::harness::{ArgSlot, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance};
-pub use crate::problems::{Gemm, Sdpa};
+use crate::harness::{
+    ArgSlot, EndToEnd, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
+};
+pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8};
 
 /// What values a problem variable takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -115,6 +117,14 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     /// multiples of any tile, length 1, ... (same specializations as `shapes`).
     fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars>;
 
+    /// For problems whose inputs are a lossy encoding of original ones (FP8): the
+    /// original inputs of the trial `(kind, seed)`, the GPU reference that computes the
+    /// exact answer from them, and the bound on the end-to-end error. `None`: the
+    /// inputs are the originals.
+    fn end_to_end(&self, _shape: &Vars, _kind: InputKind, _seed: u64) -> Option<EndToEnd> {
+        None
+    }
+
     /// Fills defaults and checks every variable of a shape (spec and run-time part).
     fn complete_shape(&self, shape: &Vars) -> Result<Vars, String> {
         let decls: Vec<&VarDecl> = self.spec_vars().iter().chain(self.shape_vars()).collect();
@@ -144,7 +154,7 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
 
 /// Every problem evo knows.
 pub fn problems() -> &'static [&'static dyn Problem] {
-    &[&Gemm, &Sdpa]
+    &[&Gemm, &Sdpa, &SdpaFp8, &Fp8Quantize]
 }
 
 pub fn problem(name: &str) -> Option<&'static dyn Problem> {

@@ -162,3 +162,96 @@ fn every_value_of_every_knob_changes_the_code() {
         );
     }
 }
+
+fn fp8_specs(head_dims: &[i64]) -> Specializations {
+    let mut shapes = Vec::new();
+    for &d in head_dims {
+        for c in [false, true] {
+            for t in ["f16", "bf16"] {
+                let v: Vars = [
+                    ("BATCH", 1.into()),
+                    ("HEADS", 2.into()),
+                    ("SEQ_Q", 77.into()),
+                    ("SEQ_KV", 77.into()),
+                    ("HEAD_DIM", d.into()),
+                    ("CAUSAL", c.into()),
+                    ("DTYPE", t.into()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+                shapes.push(v);
+            }
+        }
+    }
+    Specializations::new(
+        problem("sdpa_fwd_fp8").unwrap(),
+        Target::from_arch("sm_90a").unwrap(),
+        &shapes,
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_valid_fp8_sdpa_genome_renders_for_every_specialization() {
+    let f = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_mma").unwrap();
+    for (dims, at_least) in [(&[64i64, 128][..], 200), (&[64][..], 400)] {
+        let specs = fp8_specs(dims);
+        let space = f.space(specs.contexts()).unwrap();
+        let mut count = 0;
+        let mut sources = BTreeSet::new();
+        for g in space.iter_valid() {
+            for spec in 0..specs.specs.len() {
+                let src = f.render(&space, &g, spec).unwrap();
+                assert!(src.contains("extern \"C\""), "{}", g.canonical());
+                assert!(src.contains("sdpa_fp8_quantize"), "{}", g.canonical());
+                if spec == 0 {
+                    sources.insert(src.split_once('\n').unwrap().1.to_string());
+                }
+            }
+            count += 1;
+        }
+        assert!(count >= at_least, "only {count} valid genomes for {dims:?}");
+        assert_eq!(
+            sources.len(),
+            count,
+            "two genomes rendered to identical code"
+        );
+        // Head dim 64 alone admits every value of every knob.
+        if dims == [64] {
+            for knob in space.knobs() {
+                for v in &knob.values {
+                    assert!(
+                        space.iter_valid().any(|g| g.get(&knob.name) == Some(v)),
+                        "{} = {v} is never valid",
+                        knob.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_value_of_every_fp8_sdpa_knob_changes_the_code() {
+    let f = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_mma").unwrap();
+    let specs = fp8_specs(&[64, 128]);
+    let space = f.space(specs.contexts()).unwrap();
+    for knob in space.knobs() {
+        let distinct = space.iter_valid().step_by(7).any(|base| {
+            let mut bodies = BTreeSet::new();
+            for v in &knob.values {
+                let mut g = base.clone();
+                g.set(knob.name.clone(), v.clone());
+                let vars = space.vars(&g, 0).unwrap();
+                bodies.insert(f.render_vars(&vars).unwrap());
+            }
+            bodies.len() == knob.values.len()
+        });
+        assert!(
+            distinct,
+            "no base where every value of {} gives different code",
+            knob.name
+        );
+    }
+}

@@ -325,7 +325,7 @@ fn print_human(
                     t.add_row(vec![
                         shape_text(problem, &s.vars),
                         format!("{:.2e}", w.max_abs),
-                        format!("{:.2e}", w.rel_l2),
+                        s.rel_l2_text(),
                         m,
                         spread,
                         tf,

@@ -234,7 +234,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                                 v.status.name().to_string(),
                                 shape_text(problem, &s.vars),
                                 format!("{:.2e}", w.max_abs),
-                                format!("{:.2e}", w.rel_l2),
+                                s.rel_l2_text(),
                                 s.timing
                                     .as_ref()
                                     .map_or("-".into(), |t| format!("{:.2}", t.median_us)),

@@ -1,11 +1,15 @@
 //! The problems evo knows. Each file is one [`crate::Problem`]: its ABI, variables,
 //! counts, and the correctness harness (inputs, references, tolerances).
 
+mod fp8_quantize;
 mod gemm;
 mod sdpa;
+mod sdpa_fp8;
 
+pub use fp8_quantize::Fp8Quantize;
 pub use gemm::Gemm;
 pub use sdpa::Sdpa;
+pub use sdpa_fp8::SdpaFp8;
 
 /// Element types the fp16/bf16 problems are specialized for.
 pub(crate) const DTYPES: &[&str] = &["f16", "bf16"];

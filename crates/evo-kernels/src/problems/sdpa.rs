@@ -219,40 +219,12 @@ impl Problem for Sdpa {
     }
 
     fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
-        let d = Dims::of(s);
-        let (q, k, v) = (inputs[0].to_f64(), inputs[1].to_f64(), inputs[2].to_f64());
-        let hd = d.head_dim;
-        let scale = d.scale() as f64;
-        let mut o = vec![0.0; d.batch * d.heads * d.seq_q * hd];
-        let mut scores = vec![0.0; d.seq_kv];
-        for bh in 0..d.batch * d.heads {
-            let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
-            for i in 0..d.seq_q {
-                let visible = if d.causal {
-                    (i + 1).min(d.seq_kv)
-                } else {
-                    d.seq_kv
-                };
-                let mut max = f64::NEG_INFINITY;
-                for (j, sc) in scores.iter_mut().enumerate().take(visible) {
-                    *sc = scale
-                        * (0..hd)
-                            .map(|x| q[qb + i * hd + x] * k[kb + j * hd + x])
-                            .sum::<f64>();
-                    max = max.max(*sc);
-                }
-                let mut sum = 0.0;
-                for sc in scores.iter_mut().take(visible) {
-                    *sc = (*sc - max).exp();
-                    sum += *sc;
-                }
-                for x in 0..hd {
-                    let acc: f64 = (0..visible).map(|j| scores[j] * v[kb + j * hd + x]).sum();
-                    o[qb + i * hd + x] = acc / sum;
-                }
-            }
-        }
-        o
+        attention_f64(
+            &Dims::of(s),
+            &inputs[0].to_f64(),
+            &inputs[1].to_f64(),
+            &inputs[2].to_f64(),
+        )
     }
 
     fn tolerance(&self, s: &Vars) -> Tolerance {
@@ -294,18 +266,55 @@ impl Problem for Sdpa {
     }
 }
 
+/// Attention in float64 on contiguous (batch, heads, seq, head_dim) tensors: the CPU
+/// reference of `sdpa_fwd` and `sdpa_fwd_fp8` (on dequantized inputs).
+pub(crate) fn attention_f64(d: &Dims, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
+    let hd = d.head_dim;
+    let scale = d.scale() as f64;
+    let mut o = vec![0.0; d.batch * d.heads * d.seq_q * hd];
+    let mut scores = vec![0.0; d.seq_kv];
+    for bh in 0..d.batch * d.heads {
+        let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
+        for i in 0..d.seq_q {
+            let visible = if d.causal {
+                (i + 1).min(d.seq_kv)
+            } else {
+                d.seq_kv
+            };
+            let mut max = f64::NEG_INFINITY;
+            for (j, sc) in scores.iter_mut().enumerate().take(visible) {
+                *sc = scale
+                    * (0..hd)
+                        .map(|x| q[qb + i * hd + x] * k[kb + j * hd + x])
+                        .sum::<f64>();
+                max = max.max(*sc);
+            }
+            let mut sum = 0.0;
+            for sc in scores.iter_mut().take(visible) {
+                *sc = (*sc - max).exp();
+                sum += *sc;
+            }
+            for x in 0..hd {
+                let acc: f64 = (0..visible).map(|j| scores[j] * v[kb + j * hd + x]).sum();
+                o[qb + i * hd + x] = acc / sum;
+            }
+        }
+    }
+    o
+}
+
 /// The sizes of one SDPA call.
-struct Dims {
-    batch: usize,
-    heads: usize,
-    seq_q: usize,
-    seq_kv: usize,
-    head_dim: usize,
-    causal: bool,
+pub(crate) struct Dims {
+    pub batch: usize,
+    pub heads: usize,
+    pub seq_q: usize,
+    pub seq_kv: usize,
+    pub head_dim: usize,
+    pub causal: bool,
 }
 
 impl Dims {
-    fn of(s: &Vars) -> Dims {
+    pub fn of(s: &Vars) -> Dims {
         Dims {
             batch: int(s, "BATCH") as usize,
             heads: int(s, "HEADS") as usize,
@@ -317,7 +326,7 @@ impl Dims {
     }
 
     /// PyTorch's default scale, 1/sqrt(head_dim).
-    fn scale(&self) -> f32 {
+    pub fn scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
     }
 }

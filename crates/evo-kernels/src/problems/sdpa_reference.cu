@@ -15,16 +15,30 @@
 // loop over batch * heads * seq_q rows, so e.g. grid = (seq_q, heads, batch) gives one block per
 // row. Every O element of every row (i < seq_q, d < head_dim) is written once; nothing else is.
 // A head_dim outside 1..256 writes nothing (the poisoned output then fails the gate).
+//
+//   extern "C" __global__ void sdpa_fp8_reference(const unsigned char* q, k, v (e4m3 codes), float* o,
+//                                                 const float* q_descale, k_descale, v_descale, ...)
+// is the same on e4m3 codes (problem sdpa_fwd_fp8): element (b, h, s, d) of X is
+// decode(X[...]) * X_descale[b * heads + h], i.e. attention on the dequantized inputs.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 namespace sdpa_ref {
+
+// An e4m3 code (the sdpa_fwd_fp8 inputs).
+struct e4m3 {
+    unsigned char bits;
+};
 
 enum : int { MAX_HEAD_DIM = 256, MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32, DIMS_PER_THREAD = MAX_HEAD_DIM / 32 };
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(e4m3 x) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.bits, __NV_E4M3)));
+}
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
@@ -80,7 +94,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
                           long long k_batch_stride, long long k_head_stride, long long k_seq_stride,
                           long long v_batch_stride, long long v_head_stride, long long v_seq_stride,
                           long long o_batch_stride, long long o_head_stride, long long o_seq_stride,
-                          float softmax_scale, int head_dim, int causal) {
+                          float softmax_scale, int head_dim, int causal, const float* q_descale = nullptr,
+                          const float* k_descale = nullptr, const float* v_descale = nullptr) {
     __shared__ float q_row[MAX_HEAD_DIM];
     __shared__ float scores[MAX_THREADS];
     __shared__ float scratch[MAX_WARPS];
@@ -102,18 +117,25 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
         const T* v_bh = v + (b * v_batch_stride + h * v_head_stride);
         float* o_row = o + (b * o_batch_stride + h * o_head_stride + i * o_seq_stride);
 
+        // Per-(batch, head) descale factors (FP8 inputs; 1 otherwise): q's on q_row, k's on the
+        // scores, v's on the output.
+        const int bh = b * heads + h;
+        const float qd = q_descale ? q_descale[bh] : 1.0f;
+        const float kd = k_descale ? k_descale[bh] : 1.0f;
+        const float vd = v_descale ? v_descale[bh] : 1.0f;
+
         // Keys 0 .. n_keys-1 are visible (at least key 0: seq_kv >= 1 and i >= 0).
         const int n_keys = causal ? min(i + 1, seq_kv) : seq_kv;
 
         __syncthreads();  // the previous row is done with q_row and scores
-        for (int d = tid; d < head_dim; d += nthreads) q_row[d] = to_float(q_bh[i * q_seq_stride + d]);
+        for (int d = tid; d < head_dim; d += nthreads) q_row[d] = to_float(q_bh[i * q_seq_stride + d]) * qd;
         __syncthreads();
 
         // Pass 1: the row max of the scaled scores.
         float m = neg_inf();
         for (int j0 = 0; j0 < n_keys; j0 += nthreads) {
             const int n = min(nthreads, n_keys - j0);
-            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale, j0, n, scores);
+            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale * kd, j0, n, scores);
             __syncthreads();
             if (tid < n) m = fmaxf(m, scores[tid]);
             __syncthreads();
@@ -126,7 +148,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
         for (int r = 0; r < DIMS_PER_THREAD; ++r) acc[r] = 0.0f;
         for (int j0 = 0; j0 < n_keys; j0 += nthreads) {
             const int n = min(nthreads, n_keys - j0);
-            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale, j0, n, scores);
+            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale * kd, j0, n, scores);
             __syncthreads();
             if (tid < n) {
                 const float p = expf(scores[tid] - m);
@@ -148,7 +170,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
         for (int r = 0; r < DIMS_PER_THREAD; ++r) {
             const int d = tid + r * nthreads;
-            if (d < head_dim) o_row[d] = acc[r] / sum;
+            if (d < head_dim) o_row[d] = acc[r] * vd / sum;
         }
     }
 }
@@ -172,3 +194,18 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
 SDPA_REFERENCE_ENTRY(sdpa_reference_f16, __half)
 SDPA_REFERENCE_ENTRY(sdpa_reference_bf16, __nv_bfloat16)
+
+extern "C" __global__ void __launch_bounds__(1024)
+sdpa_fp8_reference(const sdpa_ref::e4m3* __restrict__ q, const sdpa_ref::e4m3* __restrict__ k,
+                   const sdpa_ref::e4m3* __restrict__ v, float* __restrict__ o, const float* __restrict__ q_descale,
+                   const float* __restrict__ k_descale, const float* __restrict__ v_descale, int batch, int heads,
+                   int seq_q, int seq_kv, long long q_batch_stride, long long q_head_stride, long long q_seq_stride,
+                   long long k_batch_stride, long long k_head_stride, long long k_seq_stride,
+                   long long v_batch_stride, long long v_head_stride, long long v_seq_stride,
+                   long long o_batch_stride, long long o_head_stride, long long o_seq_stride, float softmax_scale,
+                   int head_dim, int causal) {
+    sdpa_ref::attention<sdpa_ref::e4m3>(q, k, v, o, batch, heads, seq_q, seq_kv, q_batch_stride, q_head_stride,
+                                        q_seq_stride, k_batch_stride, k_head_stride, k_seq_stride, v_batch_stride,
+                                        v_head_stride, v_seq_stride, o_batch_stride, o_head_stride, o_seq_stride,
+                                        softmax_scale, head_dim, causal, q_descale, k_descale, v_descale);
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Evidence for the FP8 attention family (issue 7), on a GPU machine, from the repo root with
+# .gpu/ carried (.gpu/evo = release build). Logs under $OUT. About 5 minutes of GPU time.
+#  1. evo selftest: GPU references against float64 (sdpa_fwd_fp8 on dequantized inputs) and the
+#     GPU quantizer rule against the host rule (float8 crate) BIT FOR BIT (row "fp8_quantize");
+#  (with the bundle's test archive: crates/evo-gpu/tests/gpu_fp8.rs, the family's own quantizer
+#     bit for bit and a covering set of genomes against float64 on ragged shapes)
+#  2. planted suites: tests/planted/fp8_quantize (zero slice scale 1/448, one scale for all)
+#     and tests/planted/sdpa_fp8 (wrong head's scale, uninitialised scores, row-mixing warp
+#     reduction, outputs saturated at 448, forgotten v descale); each file's evo-expect must match;
+#  3. a covering sample of sdpa_fwd_fp8_mma (every knob value) through every gate on the default
+#     and edge shapes (kernel-level and end-to-end errors);
+#  4. a 90-second search on the FP8 family against PyTorch SDPA fp16;
+#  5. the table: best FP8 variant vs the best fp16 variant vs PyTorch SDPA fp16, kernel-only and
+#     end to end (quantizer + attention), both errors (scripts/fp8_table.py).
+set -uo pipefail
+OUT=${OUT:-/tmp/evo-out}
+mkdir -p "$OUT"
+export EVO_CACHE_DIR=/tmp/evo-cache
+EVO=.gpu/evo
+T=/tmp/fp8
+mkdir -p $T
+
+echo "== selftest"
+$EVO selftest 2>&1 | tee "$OUT/selftest.txt"; echo "selftest exit ${PIPESTATUS[0]}"
+
+if [ -f .gpu/tests.tar.zst ]; then
+  echo "== GPU test: the family's quantizer vs the host rule (bit for bit), a covering set vs float64"
+  .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
+    -E 'test(fp8_family_quantizer_and_attention_on_the_gpu)' --no-capture 2>&1 | tail -n 15 | tee "$OUT/gpu_test.txt"
+fi
+
+echo "== planted quantizer suite"
+$EVO check tests/planted/fp8_quantize/*.cu --problem fp8_quantize -c tests/planted/fp8_quantize/check.toml 2>&1 | tee "$OUT/planted_fp8_quantize.txt"
+echo "planted quantizer exit ${PIPESTATUS[0]}; expect \"3 of 3 verdicts as expected\""
+echo "== planted FP8 attention suite"
+$EVO check tests/planted/sdpa_fp8/*.cu --problem sdpa_fwd_fp8 -c tests/planted/sdpa_fp8/check.toml 2>&1 | tee "$OUT/planted_sdpa_fp8.txt"
+echo "planted fp8 exit ${PIPESTATUS[0]}; expect \"6 of 6 verdicts as expected\""
+
+echo "== evo eval --cover, configs/sdpa_fp8.toml"
+$EVO eval -c configs/sdpa_fp8.toml --cover 2>&1 | tee "$OUT/eval_fp8_cover.txt"
+
+echo "== PyTorch SDPA fp16 on the default shapes"
+python3 scripts/torch_sdpa_baseline.py configs/sdpa_fp8.toml --out configs/torch_sdpa_fp8_baseline.json 2>&1 | tee "$OUT/torch.txt"
+
+echo "== search (90 s)"
+rm -f $T/fp8.db $T/fp8.db-*
+$EVO search -c configs/sdpa_fp8_search.toml --run fp8 --db $T/fp8.db --budget 90s --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
+python3 scripts/run_summary.py $T/fp8.db fp8 2>&1 | tee "$OUT/search_summary.txt"
+cp $T/fp8.db "$OUT/fp8.db"
+BEST8=$(python3 - <<'PY'
+import sqlite3
+c = sqlite3.connect("/tmp/fp8/fp8.db")
+r = c.execute("select genome from candidates where status = 'evaluated' and fitness is not null order by fitness desc limit 1").fetchone()
+print(r[0] if r else "BLOCK_M=64,BLOCK_N=32,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,V_LAYOUT=transpose,WARP_SPEC=off")
+PY
+)
+# Best fp16 genome: the fastest (geometric mean over the default shapes) of the H200 landscape,
+# if the family still accepts it, else the search seed of configs/sdpa_search.toml.
+BEST16=$(python3 - <<'PY'
+import json, math
+d = json.load(open("tests/data/landscape_sdpa_fwd_mma_h200.json"))["points"]
+best = min((p for p in d.items() if p[1]["status"] == "evaluated" and len(p[1]["shapes"]) >= 5),
+           key=lambda p: sum(math.log(s["median_us"]) for s in p[1]["shapes"]))
+print(best[0])
+PY
+)
+echo "best fp8: $BEST8"; echo "best fp16 (landscape): $BEST16"
+$EVO --json eval -c configs/sdpa_fp8.toml -g "$BEST8" > $T/eval_fp8_best.json 2> $T/eval_fp8_best.err; echo "fp8 eval exit $?"
+if ! $EVO --json eval -c configs/sdpa.toml -g "$BEST16" > $T/eval_fp16_best.json 2> $T/eval_fp16_best.err; then
+  BEST16=$(grep -o 'BLOCK_M=[^"]*' configs/sdpa_search.toml | head -1); echo "landscape genome refused; fp16 seed: $BEST16"
+  $EVO --json eval -c configs/sdpa.toml -g "$BEST16" > $T/eval_fp16_best.json 2> $T/eval_fp16_best.err
+fi
+$EVO --json compile -c configs/sdpa_fp8.toml -g "$BEST8" --out $T/cubins > $T/compile_fp8_best.json 2> $T/compile.err
+python3 scripts/fp8_table.py $T/eval_fp8_best.json $T/eval_fp16_best.json configs/torch_sdpa_fp8_baseline.json $T/cubins $T/compile_fp8_best.json 2>&1 | tee "$OUT/fp8_table.txt"
+(cd $T && tar czf "$OUT/raw.tgz" *.json *.err 2>/dev/null)
+echo "total ${SECONDS}s"
