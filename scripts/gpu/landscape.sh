@@ -20,3 +20,5 @@ else
 fi
 $EVO export-landscape $RUN --db $DB --out "$OUT/landscape_sdpa64_h200.json" 2>&1 | tail -n 3
 python3 scripts/run_summary.py $DB $RUN 2>&1 | head -n 30 | tee "$OUT/landscape_summary.txt"
+# The database comes back too: carry it (carry: ["landscape.db"]) to go on in a later call.
+cp $DB "$OUT/landscape.db"
