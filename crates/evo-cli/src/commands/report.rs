@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value as Json;
 
 use super::inspect::{self, CandidateRow, RunStats};
@@ -176,13 +177,19 @@ fn range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
 }
 
 /// Fitness of every timed candidate against `x`, with the best-so-far line.
-fn fitness_chart(points: &[(f64, f64)], x_desc: &str, title: &str) -> Result<String> {
+fn fitness_chart(
+    points: &[(f64, f64)],
+    x_desc: &str,
+    title: &str,
+    integer_x: bool,
+) -> Result<String> {
     let size = (900, 380);
     if points.is_empty() {
         return empty_chart(size, title, "no candidate was timed");
     }
     let (x0, x1) = range(points.iter().map(|p| p.0), 0.03);
-    let (y0, y1) = range(points.iter().map(|p| p.1), 0.08);
+    // 1.0 (the baseline's speed) always in view.
+    let (y0, y1) = range(points.iter().map(|p| p.1).chain([1.0]), 0.08);
     let mut best = Vec::new();
     let mut b = f64::NEG_INFINITY;
     for &(x, y) in points {
@@ -209,6 +216,13 @@ fn fitness_chart(points: &[(f64, f64)], x_desc: &str, title: &str) -> Result<Str
             .configure_mesh()
             .x_desc(x_desc)
             .y_desc("fitness (× baseline speed)")
+            .x_label_formatter(&|x| {
+                if integer_x {
+                    format!("{x:.0}")
+                } else {
+                    format!("{x}")
+                }
+            })
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 13))
             .light_line_style(WHITE.mix(0.0))
@@ -266,12 +280,14 @@ fn funnel_chart(stats: &RunStats) -> Result<String> {
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(62)
-            .build_cartesian_2d((0..stages.len()).into_segmented(), 0.0..top * 1.15)
+            .build_cartesian_2d((0..stages.len() - 1).into_segmented(), 0.0..top * 1.15)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .y_desc("candidates")
+            .light_line_style(TRANSPARENT)
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 13))
             .x_label_formatter(&|v| match v {
@@ -299,13 +315,32 @@ fn funnel_chart(stats: &RunStats) -> Result<String> {
             .draw_series(stages.iter().enumerate().map(|(i, s)| {
                 Text::new(
                     format!("{}", s.reached),
-                    (SegmentValue::CenterOf(i), s.reached as f64 + top * 0.03),
-                    (FONT, 14).into_font(),
+                    (SegmentValue::CenterOf(i), s.reached as f64 + top * 0.02),
+                    (FONT, 14)
+                        .into_font()
+                        .into_text_style(root)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
                 )
             }))
             .map_err(plot_err)?;
         Ok(())
     })
+}
+
+/// 1, 2, 5 × 10^k between `lo` and `hi` (labels of a log axis).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powi(lo.max(1e-12).log10().floor() as i32);
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * decade;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
 }
 
 /// Geometric-mean time of every fully timed candidate against one knob's values.
@@ -341,17 +376,26 @@ fn knob_chart(knob: &str, points: &[&ResultPoint]) -> Result<String> {
             .x_label_area_size(32)
             .y_label_area_size(58)
             .build_cartesian_2d(
-                (0..values.len()).into_segmented(),
-                (lo * 0.9..hi * 1.1).log_scale(),
+                (0..values.len() - 1).into_segmented(),
+                (lo * 0.9..hi * 1.1)
+                    .log_scale()
+                    .with_key_points(log_ticks(lo * 0.9, hi * 1.1)),
             )
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .y_desc("geomean µs (log)")
+            .light_line_style(TRANSPARENT)
             .axis_desc_style((FONT, 13))
             .label_style((FONT, 12))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_label_formatter(&|y| {
+                if *y >= 1.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y}")
+                }
+            })
             .x_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) => values.get(*i).cloned().unwrap_or_default(),
                 _ => String::new(),
@@ -399,13 +443,14 @@ fn shapes_chart(elites: &[CandidateRow], labels: &[(String, String)]) -> Result<
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(62)
-            .build_cartesian_2d((0..labels.len() * group).into_segmented(), 0.0..hi)
+            .build_cartesian_2d((0..labels.len() * group - 2).into_segmented(), 0.0..hi)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(labels.len() * group)
             .y_desc("speedup over baseline")
+            .light_line_style(TRANSPARENT)
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 13))
             .x_label_formatter(&|v| match v {
@@ -437,7 +482,7 @@ fn shapes_chart(elites: &[CandidateRow], labels: &[(String, String)]) -> Result<
                     PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(8))
                 });
         }
-        let end = labels.len() * group;
+        let end = labels.len() * group - 1;
         chart
             .draw_series(LineSeries::new(
                 vec![
@@ -526,14 +571,20 @@ fn elite_table(rows: &[CandidateRow], labels: &[(String, String)]) -> String {
     if !common.is_empty() {
         let _ = write!(h, "<p>Every row has {}.</p>", esc(&common.join(" ")));
     }
-    h.push_str("<table id=\"elites\" class=\"elites\"><thead><tr><th>rank</th><th>id</th><th>hash</th><th>gen</th><th>fitness</th><th>status</th>");
+    let with_resources = rows
+        .iter()
+        .any(|r| r.resources != inspect::ResourceSummary::default());
+    h.push_str("<div class=\"wide\"><table id=\"elites\" class=\"elites\"><thead><tr><th>rank</th><th>id</th><th>hash</th><th>gen</th><th>fitness</th><th>status</th>");
     for k in &varying {
         let _ = write!(h, "<th>{}</th>", esc(k));
     }
     for (l, _) in labels {
         let _ = write!(h, "<th>{l} µs<br>TFLOP/s</th>");
     }
-    h.push_str("<th>regs</th><th>smem</th><th>spill</th><th>TC ops</th></tr></thead><tbody>");
+    if with_resources {
+        h.push_str("<th>regs</th><th>smem</th><th>spill</th><th>TC ops</th>");
+    }
+    h.push_str("</tr></thead><tbody>");
     for r in rows {
         let _ = write!(
             h,
@@ -565,23 +616,26 @@ fn elite_table(rows: &[CandidateRow], labels: &[(String, String)]) -> String {
                 None => h.push_str("<td>-</td>"),
             }
         }
-        let res = &r.resources;
-        let o = |v: Option<u64>| v.map_or("-".into(), |x| x.to_string());
-        let _ = write!(
-            h,
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            o(res.registers),
-            res.smem_bytes.map_or("-".into(), crate::output::bytes),
-            res.spill_bytes.map_or("-".into(), crate::output::bytes),
-            o(res.tensor_ops)
-        );
+        if with_resources {
+            let res = &r.resources;
+            let o = |v: Option<u64>| v.map_or("-".into(), |x| x.to_string());
+            let _ = write!(
+                h,
+                "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+                o(res.registers),
+                res.smem_bytes.map_or("-".into(), crate::output::bytes),
+                res.spill_bytes.map_or("-".into(), crate::output::bytes),
+                o(res.tensor_ops)
+            );
+        }
+        h.push_str("</tr>");
     }
-    h.push_str("</tbody></table>");
+    h.push_str("</tbody></table></div>");
     h
 }
 
 const CSS: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\
-h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ccc}\
+h1{font-size:24px}h1 code{font-size:24px}.wide{overflow-x:auto}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ccc}\
 figure{margin:12px 0;display:inline-block;vertical-align:top}\
 figure svg{max-width:100%;height:auto;border:1px solid #ddd}\
 figcaption{font-size:13px;color:#555;max-width:880px}\
@@ -692,7 +746,12 @@ fn render_html(
     figure(
         &mut h,
         "chart-fitness-evaluations",
-        &fitness_chart(&by_eval, "evaluations (results in order)", "Fitness against evaluations")?,
+        &fitness_chart(
+            &by_eval,
+            "evaluations (results in order)",
+            "Fitness against evaluations",
+            true,
+        )?,
         "Each point is a timed candidate (evaluated or regressed); the line is the best so far. Fitness is the geometric mean over shapes of baseline time / candidate time.",
     );
     let span = points.iter().map(|p| p.seconds).fold(0.0, f64::max);
@@ -714,6 +773,7 @@ fn render_html(
             &by_time,
             &format!("wall time since the first proposal ({unit})"),
             "Fitness against wall time",
+            false,
         )?,
         "The same candidates against the time their result arrived.",
     );
@@ -775,7 +835,7 @@ fn render_html(
         .iter()
         .all(|r| r.resources == inspect::ResourceSummary::default())
     {
-        h.push_str("<p><small>No resource record (a replayed run): <code>evo show ID</code> compiles a candidate.</small></p>");
+        h.push_str("<p><small>No resource record (e.g. a replayed run), so no register, shared-memory, spill and tensor-core columns: <code>evo show ID --log</code> compiles a candidate and prints its ptxas report.</small></p>");
     }
     let _ = write!(
         h,
