@@ -406,7 +406,6 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
         ]);
         for r in &runs {
             let statuses: Vec<String> = r.counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
-            let statuses = vec![statuses.join("\n")];
             t.add_row(vec![
                 r.id.to_string(),
                 r.name.clone(),
@@ -426,7 +425,7 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
                 r.last_generation
                     .map_or("-".into(), |g| (g + 1).to_string()),
                 r.candidates.to_string(),
-                statuses.join(""),
+                statuses.join("\n"),
                 r.best_fitness.map_or("-".into(), |f| format!("{f:.4}x")),
                 r.created_at.clone(),
             ]);
@@ -1348,4 +1347,57 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_take_the_largest_over_specializations() {
+        // The shape the GPU search stores (evo-cli/src/search/backend.rs).
+        let r = serde_json::json!([
+            {"specialization": "HEAD_DIM=64", "kernels": [{"name": "sdpa_fwd", "registers": 96,
+              "static_smem_bytes": 0, "dynamic_smem_bytes": 40960, "threads": 128,
+              "spill_bytes": 0, "stack_frame_bytes": 0, "blocks_per_sm": 2,
+              "tensor_ops": {"HMMA": 64}}]},
+            {"specialization": "HEAD_DIM=128", "kernels": [{"name": "sdpa_fwd", "registers": 168,
+              "static_smem_bytes": 16, "dynamic_smem_bytes": 73728, "threads": 128,
+              "spill_bytes": 8, "stack_frame_bytes": 8, "blocks_per_sm": 1,
+              "tensor_ops": {"HMMA": 128, "HGMMA": 2}}]}
+        ]);
+        let s = ResourceSummary::from_json(Some(&r));
+        assert_eq!(s.registers, Some(168));
+        assert_eq!(s.smem_bytes, Some(73744));
+        assert_eq!(s.spill_bytes, Some(8));
+        assert_eq!(s.tensor_ops, Some(130));
+        let replayed = serde_json::json!({"replayed": true});
+        assert_eq!(
+            ResourceSummary::from_json(Some(&replayed)),
+            ResourceSummary::default()
+        );
+        assert_eq!(ResourceSummary::from_json(None), ResourceSummary::default());
+    }
+
+    #[test]
+    fn compact_shapes_drop_shared_parts() {
+        let keys = ["B=1,D=64,S=512", "B=2,D=64,S=512", "B=2,D=64,S=2048"];
+        assert_eq!(
+            compact_shapes(&keys),
+            ["B=1,S=512", "B=2,S=512", "B=2,S=2048"]
+        );
+        assert_eq!(compact_shapes(&["B=1,D=64"]), ["B=1,D=64"]);
+    }
+
+    #[test]
+    fn knob_changes_list_only_differences() {
+        let a = knobs("A=1,B=x,C=true");
+        let b = knobs("A=2,B=x,C=false");
+        let c = knob_changes(&a, &b);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].knob, "A");
+        assert_eq!(c[0].from.as_deref(), Some("1"));
+        assert_eq!(c[0].to.as_deref(), Some("2"));
+        assert!(knob_changes(&a, &a).is_empty());
+    }
 }
