@@ -21,3 +21,15 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+
+# The report renders: a replayed run, its HTML report, a headless Chromium screenshot
+# checked for the charts (EVO_SKIP_SCREENSHOT=1 skips it, e.g. without network for apt).
+if [[ ${EVO_SKIP_SCREENSHOT:-0} != 1 ]]; then
+  shot=$(mktemp -d)
+  cargo run -q --locked -p evo-cli --bin evo -- search -c configs/sdpa_replay.toml \
+    --evaluator replay:tests/data/landscape_sdpa_fwd_mma_h200.json \
+    --db "$shot/p.db" --run shot --budget 5gen --no-progress >/dev/null
+  cargo run -q --locked -p evo-cli --bin evo -- report shot --db "$shot/p.db" --out "$shot/report.html"
+  scripts/report_screenshot.sh "$shot/report.html" "$shot/report.png"
+  rm -rf "$shot"
+fi

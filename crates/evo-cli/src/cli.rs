@@ -158,6 +158,85 @@ pub enum Command {
         #[arg(long)]
         no_progress: bool,
     },
+    /// The runs of a population database: status, counts per status, best fitness.
+    Runs {
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// The fittest candidates of a run (the newest run without RUN): knobs, fitness,
+    /// per-shape µs and TFLOP/s, registers, shared memory, spills, tensor-core
+    /// instructions.
+    Elites {
+        run: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// One candidate (id, or a genome hash prefix of 4+ hex digits): status, measurements,
+    /// resources; or its source, PTX, SASS or compile log (compiled with NVRTC here, no
+    /// GPU needed).
+    Show {
+        id: String,
+        /// The rendered CUDA source.
+        #[arg(long, group = "what")]
+        source: bool,
+        /// PTX from NVRTC.
+        #[arg(long, group = "what")]
+        ptx: bool,
+        /// SASS of the CUBIN (needs cuobjdump).
+        #[arg(long, group = "what")]
+        sass: bool,
+        /// The NVRTC/ptxas log.
+        #[arg(long, group = "what")]
+        log: bool,
+        /// Only this specialization (e.g. HEAD_DIM=128); default: all.
+        #[arg(long)]
+        spec: Option<String>,
+        /// Look the id up in this run only.
+        #[arg(long)]
+        run: Option<String>,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// The ancestry of a candidate, oldest first, with the knobs changed at each step.
+    Lineage {
+        id: String,
+        #[arg(long)]
+        run: Option<String>,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Knob, time and unified source differences between two candidates.
+    Diff {
+        a: String,
+        b: String,
+        /// Specialization of the source diff (default: the first).
+        #[arg(long)]
+        spec: Option<String>,
+        #[arg(long)]
+        run: Option<String>,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Where the candidates of a run stopped (per gate and why), the gate funnel,
+    /// evaluations per hour, GPU busy fraction.
+    Stats {
+        run: Option<String>,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// A self-contained HTML report of a run: charts (SVG) and the elite table.
+    Report {
+        run: Option<String>,
+        #[arg(long, default_value = "report.html")]
+        out: PathBuf,
+        /// Elites in the table and the per-shape chart.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Baselines of a run.
     Baseline {
         #[command(subcommand)]
@@ -324,6 +403,13 @@ pub struct CheckArgs {
     pub no_timing: bool,
     #[command(flatten)]
     pub gpus: GpuArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct DbArg {
+    /// Population database: a file or sqlite://PATH (never created by these commands).
+    #[arg(long, env = "EVO_DB", default_value = "population.db")]
+    pub db: String,
 }
 
 #[derive(Args, Debug)]

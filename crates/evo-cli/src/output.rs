@@ -26,3 +26,19 @@ pub fn bytes(n: u64) -> String {
         format!("{n} B")
     }
 }
+
+/// Like [`table`], and when stdout is not a terminal but `COLUMNS` is set, wrapped to
+/// that width (piped output is otherwise left unwrapped, for grep and less -S).
+pub fn fitted_table(header: &[&str]) -> Table {
+    let mut t = table(header);
+    if t.width().is_none() {
+        if let Some(width) = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<u16>().ok())
+            .filter(|w| *w >= 40)
+        {
+            t.set_width(width);
+        }
+    }
+    t
+}

@@ -712,6 +712,28 @@ impl Store {
         .transpose()
     }
 
+    /// Candidates (of every run) whose genome hash starts with `prefix` (hex digits,
+    /// any case), in id order. Anything but hex digits matches nothing.
+    pub async fn candidates_by_hash_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<Candidate>, StoreError> {
+        let prefix = prefix.trim().to_ascii_lowercase();
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(Vec::new());
+        }
+        sqlx::query(&format!(
+            "SELECT {CANDIDATE_COLS} FROM candidates WHERE hash LIKE $1 ORDER BY id"
+        ))
+        .bind(format!("{prefix}%"))
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("looking up genome hashes starting with {prefix}"))?
+        .iter()
+        .map(candidate_from_row)
+        .collect()
+    }
+
     /// The best `top` candidates with status `evaluated` and a fitness: highest fitness
     /// first, ties by id (older first).
     pub async fn elites(&self, run: RunId, top: usize) -> Result<Vec<Candidate>, StoreError> {

@@ -133,6 +133,19 @@ async fn candidates_and_measurements_round_trip(store: Store) {
         .unwrap()
         .is_none());
     assert!(store.candidate(CandidateId(999)).await.unwrap().is_none());
+    let upper = child.hash().0[..6].to_ascii_uppercase();
+    let by_prefix = store.candidates_by_hash_prefix(&upper).await.unwrap();
+    assert!(by_prefix.iter().any(|x| x.id == c.id));
+    assert!(by_prefix
+        .iter()
+        .all(|x| x.hash.starts_with(&child.hash().0[..6])));
+    for nothing in ["", "%", "zz", "_"] {
+        assert!(store
+            .candidates_by_hash_prefix(nothing)
+            .await
+            .unwrap()
+            .is_empty());
+    }
 
     let mut nan_err = measurement(2048, 90.0);
     nan_err.max_abs_err = Some(f64::NAN);

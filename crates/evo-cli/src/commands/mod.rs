@@ -4,9 +4,11 @@ pub mod check;
 mod compile;
 mod doctor;
 mod eval;
+pub mod inspect;
 mod landscape;
 mod profile;
 mod render;
+mod report;
 mod selftest;
 mod space;
 
@@ -109,6 +111,52 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             templates: cli.templates.clone(),
             progress: !no_progress,
         }),
+        Command::Runs { db } => inspect::runs(&db.db, cli.json),
+        Command::Elites { run, top, db } => inspect::elites(&db.db, run.as_deref(), *top, cli.json),
+        Command::Show {
+            id,
+            source,
+            ptx,
+            sass,
+            log,
+            spec,
+            run,
+            db,
+        } => inspect::show(inspect::ShowOptions {
+            db: &db.db,
+            id,
+            run: run.as_deref(),
+            what: match (source, ptx, sass, log) {
+                (true, _, _, _) => inspect::ShowWhat::Source,
+                (_, true, _, _) => inspect::ShowWhat::Ptx,
+                (_, _, true, _) => inspect::ShowWhat::Sass,
+                (_, _, _, true) => inspect::ShowWhat::Log,
+                _ => inspect::ShowWhat::Summary,
+            },
+            spec: spec.as_deref(),
+            templates,
+            json: cli.json,
+        }),
+        Command::Lineage { id, run, db } => inspect::lineage(&db.db, id, run.as_deref(), cli.json),
+        Command::Diff {
+            a,
+            b,
+            spec,
+            run,
+            db,
+        } => inspect::diff(inspect::DiffOptions {
+            db: &db.db,
+            a,
+            b,
+            run: run.as_deref(),
+            spec: spec.as_deref(),
+            templates,
+            json: cli.json,
+        }),
+        Command::Stats { run, db } => inspect::stats(&db.db, run.as_deref(), cli.json),
+        Command::Report { run, out, top, db } => {
+            report::run(&db.db, run.as_deref(), out, *top, cli.json)
+        }
         Command::ExportLandscape { run, out, db } => landscape::export(run, out, db),
         Command::SearchQuality {
             target,
