@@ -155,23 +155,64 @@ struct CallBuffers {
 }
 
 impl CallBuffers {
-    fn args(&self, slots: &[ArgSlot]) -> Vec<KernelArg> {
+    fn args(&self, slots: &[ArgSlot]) -> Result<Vec<KernelArg>, CudaError> {
         bind_args(slots, &self.inputs, self.output.ptr() + self.guard as u64)
     }
 }
 
-/// A problem's argument list with its tensors bound to device buffers.
-pub fn bind_args(slots: &[ArgSlot], inputs: &[DeviceBuffer], output: u64) -> Vec<KernelArg> {
+/// A problem's argument list with its tensors bound to device buffers; tensor maps are
+/// encoded over their input's buffer (a refused map is a non-sticky error naming the rule).
+pub fn bind_args(
+    slots: &[ArgSlot],
+    inputs: &[DeviceBuffer],
+    output: u64,
+) -> Result<Vec<KernelArg>, CudaError> {
     slots
         .iter()
-        .map(|s| match *s {
-            ArgSlot::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
-            ArgSlot::Output => KernelArg::Ptr(output),
-            ArgSlot::I32(v) => KernelArg::I32(v),
-            ArgSlot::I64(v) => KernelArg::I64(v),
-            ArgSlot::F32(v) => KernelArg::F32(v),
+        .map(|s| {
+            Ok(match *s {
+                ArgSlot::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
+                ArgSlot::Output => KernelArg::Ptr(output),
+                ArgSlot::I32(v) => KernelArg::I32(v),
+                ArgSlot::I64(v) => KernelArg::I64(v),
+                ArgSlot::F32(v) => KernelArg::F32(v),
+                ArgSlot::TensorMap(m) => {
+                    KernelArg::TensorMap(evo_gpu::runtime::encode_tensor_map_tiled(
+                        &tensor_map_spec(&m, inputs[m.input].ptr())?,
+                    )?)
+                }
+            })
         })
         .collect()
+}
+
+/// The evo-gpu description of a problem's tensor-map slot at a device address.
+pub fn tensor_map_spec(
+    m: &evo_kernels::harness::TensorMapSlot,
+    address: u64,
+) -> Result<evo_gpu::tensor_map::TiledSpec, evo_gpu::tensor_map::TensorMapError> {
+    use evo_gpu::tensor_map::{Swizzle, TensorDtype, TiledSpec};
+    use evo_kernels::harness::ElemType;
+    let rank = m.rank as usize;
+    let dtype = match m.elem {
+        ElemType::F16 => TensorDtype::F16,
+        ElemType::Bf16 => TensorDtype::Bf16,
+        ElemType::F32 => TensorDtype::F32,
+        ElemType::E4m3 | ElemType::U8 => TensorDtype::U8,
+    };
+    Ok(TiledSpec {
+        dtype,
+        address,
+        dims: m.dims.iter().take(rank).copied().collect(),
+        strides_bytes: m
+            .strides_bytes
+            .iter()
+            .take(rank.saturating_sub(1))
+            .copied()
+            .collect(),
+        box_dims: m.box_dims.iter().take(rank).copied().collect(),
+        swizzle: Swizzle::from_bytes(m.swizzle_bytes)?,
+    })
 }
 
 fn describe(vars: &Vars) -> String {
@@ -344,7 +385,7 @@ impl Worker {
         out: &DeviceBuffer,
         what: &str,
     ) -> Result<Vec<f32>, Stop> {
-        let args = bind_args(&reference.args, buffers, out.ptr());
+        let args = bind_args(&reference.args, buffers, out.ptr())?;
         let (_, f) = &self.references[&reference.entry];
         self.gpu.launch(f, &reference.launch, &args)?;
         self.gpu.synchronize()?;
@@ -421,13 +462,13 @@ impl Worker {
         let refb = self.alloc_call(problem, vars, 0)?;
         // The reference writes float32.
         let ref_out = self.gpu.alloc(out_spec.len * 4)?;
-        let mut ref_args = refb.args(&reference.args);
+        let mut ref_args = refb.args(&reference.args)?;
         for (slot, arg) in reference.args.iter().zip(ref_args.iter_mut()) {
             if *slot == ArgSlot::Output {
                 *arg = KernelArg::Ptr(ref_out.ptr());
             }
         }
-        let cand_args = cand.args(&problem.args(vars));
+        let cand_args = cand.args(&problem.args(vars))?;
         let input_names: Vec<String> = problem.inputs(vars).into_iter().map(|t| t.name).collect();
 
         let mut trials: Vec<(InputKind, u64)> =
@@ -592,7 +633,10 @@ impl Worker {
             }
             calls.push(call);
         }
-        let args: Vec<Vec<KernelArg>> = calls.iter().map(|c| c.args(&problem.args(vars))).collect();
+        let args: Vec<Vec<KernelArg>> = calls
+            .iter()
+            .map(|c| c.args(&problem.args(vars)))
+            .collect::<Result<_, _>>()?;
         let (samples, per_graph) = measure(&self.gpu, plan, sets, |g, set| {
             for (f, dims) in functions.iter().zip(launches) {
                 g.launch(f, dims, &args[set])?;

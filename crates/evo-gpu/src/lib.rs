@@ -20,6 +20,7 @@ pub mod locate;
 pub mod nvrtc;
 pub mod resources;
 pub mod runtime;
+pub mod tensor_map;
 
 pub use cache::CompileCache;
 pub use compiler::{CompileRequest, Compiled, Compiler};

@@ -12,9 +12,10 @@ use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUresult};
 
 use crate::device::{self, DeviceInfo};
+use crate::tensor_map::{Swizzle, TensorDtype, TensorMap, TensorMapError, TiledSpec};
 
 /// A driver call that failed.
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{call}: {name} ({description})")]
 pub struct CudaError {
     pub call: &'static str,
@@ -139,13 +140,14 @@ impl Gpu {
         dims: &evo_core::LaunchDims,
         args: &[KernelArg],
     ) -> Result<(), CudaError> {
-        let mut storage: Vec<u64> = args.iter().map(KernelArg::bits).collect();
+        let mut storage = pack_params(args);
         let mut params: Vec<*mut c_void> = storage
             .iter_mut()
-            .map(|v| v as *mut u64 as *mut c_void)
+            .map(|v| v.0.as_mut_ptr() as *mut c_void)
             .collect();
-        // SAFETY: each param points to 8 bytes holding the argument in its low bytes
-        // (little-endian), which is how the driver reads 4- and 8-byte parameters.
+        // SAFETY: each param points to a 64-byte aligned, 128-byte slot holding the
+        // argument in its first bytes (little-endian); the driver copies as many bytes
+        // as the kernel's parameter has (4, 8, or 128 for a tensor map).
         unsafe {
             result::launch_kernel(
                 f.function,
@@ -157,6 +159,11 @@ impl Gpu {
             )
         }
         .map_err(|e| CudaError::new("cuLaunchKernel", e))
+    }
+
+    /// Encodes a tiled tensor map over this GPU's memory: see [`encode_tensor_map_tiled`].
+    pub fn encode_tensor_map_tiled(&self, spec: &TiledSpec) -> Result<TensorMap, TensorMapError> {
+        encode_tensor_map_tiled(spec)
     }
 
     pub fn event(&self) -> Result<Event, CudaError> {
@@ -363,6 +370,53 @@ impl Function {
     }
 }
 
+/// Encodes a tiled tensor map (`cuTensorMapEncodeTiled`) over device memory, after
+/// the host checks of [`TiledSpec::validate`]. Out-of-bounds box elements read as
+/// zero; L2 promotion 128 bytes; no interleave; element strides 1. Needs the driver
+/// loaded: call it once a [`Gpu`] is open (the map needs no context of its own).
+pub fn encode_tensor_map_tiled(spec: &TiledSpec) -> Result<TensorMap, TensorMapError> {
+    spec.validate()?;
+    let dtype = match spec.dtype {
+        TensorDtype::U8 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        TensorDtype::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        TensorDtype::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        TensorDtype::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    let swizzle = match spec.swizzle {
+        Swizzle::None => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        Swizzle::B32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+        Swizzle::B64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        Swizzle::B128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    let rank = spec.dims.len();
+    let element_strides = vec![1u32; rank];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every array has `rank` entries (strides `rank - 1`), checked by
+    // validate(); the driver writes only `map`.
+    check("cuTensorMapEncodeTiled", unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            dtype,
+            rank as u32,
+            spec.address as *mut c_void,
+            spec.dims.as_ptr(),
+            spec.strides_bytes.as_ptr(),
+            spec.box_dims.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    })
+    .map_err(TensorMapError::Driver)?;
+    let mut bytes = [0u8; 128];
+    for (chunk, q) in bytes.chunks_exact_mut(8).zip(map.opaque) {
+        chunk.copy_from_slice(&q.to_le_bytes());
+    }
+    Ok(TensorMap(bytes))
+}
+
 /// One kernel argument, passed by value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KernelArg {
@@ -371,15 +425,51 @@ pub enum KernelArg {
     I32(i32),
     I64(i64),
     F32(f32),
+    /// A `CUtensorMap` for a `const __grid_constant__` 128-byte parameter.
+    TensorMap(TensorMap),
 }
 
+/// One launch parameter's storage: big and aligned enough for any [`KernelArg`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct ParamSlot(pub(crate) [u8; 128]);
+
 impl KernelArg {
-    fn bits(&self) -> u64 {
+    /// The bytes the kernel's parameter holds (little-endian scalars).
+    pub fn bytes(&self) -> Vec<u8> {
         match *self {
-            KernelArg::Ptr(p) => p,
-            KernelArg::I32(v) => v as u32 as u64,
-            KernelArg::I64(v) => v as u64,
-            KernelArg::F32(v) => v.to_bits() as u64,
+            KernelArg::Ptr(p) => p.to_le_bytes().to_vec(),
+            KernelArg::I32(v) => v.to_le_bytes().to_vec(),
+            KernelArg::I64(v) => v.to_le_bytes().to_vec(),
+            KernelArg::F32(v) => v.to_le_bytes().to_vec(),
+            KernelArg::TensorMap(m) => m.0.to_vec(),
+        }
+    }
+}
+
+/// The parameter array of a launch: one zero-padded slot per argument.
+pub(crate) fn pack_params(args: &[KernelArg]) -> Vec<ParamSlot> {
+    args.iter()
+        .map(|a| {
+            let mut slot = ParamSlot([0; 128]);
+            let b = a.bytes();
+            slot.0[..b.len()].copy_from_slice(&b);
+            slot
+        })
+        .collect()
+}
+
+impl From<TensorMapError> for CudaError {
+    /// A refused tensor map as the error of the call that needed it (never sticky).
+    fn from(e: TensorMapError) -> CudaError {
+        match e {
+            TensorMapError::Driver(c) => c,
+            other => CudaError {
+                call: "cuTensorMapEncodeTiled",
+                code: -1,
+                name: "INVALID_TENSOR_MAP".into(),
+                description: other.to_string(),
+            },
         }
     }
 }
@@ -418,5 +508,44 @@ impl Drop for Graph {
         unsafe {
             sys::cuGraphExecDestroy(self.exec);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_packed_little_endian_in_aligned_slots() {
+        let mut map = [0u8; 128];
+        for (i, b) in map.iter_mut().enumerate() {
+            *b = i as u8 ^ 0xa5;
+        }
+        let args = [
+            KernelArg::Ptr(0x1122_3344_5566_7788),
+            KernelArg::I32(-2),
+            KernelArg::I64(-3),
+            KernelArg::F32(1.5),
+            KernelArg::TensorMap(TensorMap(map)),
+        ];
+        let slots = pack_params(&args);
+        assert_eq!(slots.len(), 5);
+        for s in &slots {
+            assert_eq!(s.0.as_ptr() as usize % 64, 0, "slot not 64-byte aligned");
+        }
+        assert_eq!(&slots[0].0[..8], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&slots[1].0[..4], &[0xfe, 0xff, 0xff, 0xff]);
+        assert!(slots[1].0[4..].iter().all(|&b| b == 0));
+        assert_eq!(&slots[2].0[..8], &(-3i64).to_le_bytes());
+        assert_eq!(&slots[3].0[..4], &1.5f32.to_bits().to_le_bytes());
+        assert_eq!(slots[4].0, map);
+    }
+
+    #[test]
+    fn refused_tensor_map_is_a_non_sticky_cuda_error() {
+        let e: CudaError = TensorMapError::Rank(7).into();
+        assert_eq!(e.name, "INVALID_TENSOR_MAP");
+        assert!(e.description.contains("1 to 5"));
+        assert!(!e.is_sticky());
     }
 }

@@ -136,6 +136,50 @@ pub enum ArgSlot {
     I32(i32),
     I64(i64),
     F32(f32),
+    /// A TMA tensor map over input tensor `input` (a `const __grid_constant__` 128-byte
+    /// parameter), encoded by the worker once the input has a device address.
+    TensorMap(TensorMapSlot),
+}
+
+/// A tiled tensor map over one input, as a problem or family asks for it. Dimensions run
+/// innermost first; `rank` entries of `dims` and `box_dims` and `rank - 1` of
+/// `strides_bytes` are used (the rest are ignored). The element type is the input's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMapSlot {
+    pub input: usize,
+    pub elem: ElemType,
+    pub rank: u8,
+    pub dims: [u64; 5],
+    pub strides_bytes: [u64; 4],
+    pub box_dims: [u32; 5],
+    /// Shared-memory swizzle span in bytes: 0 (none), 32, 64 or 128.
+    pub swizzle_bytes: u32,
+}
+
+impl TensorMapSlot {
+    /// A 2-D map over a row-major `rows x cols` matrix with `row_stride` elements between
+    /// rows, read in `box_rows x box_cols` boxes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matrix(
+        input: usize,
+        elem: ElemType,
+        rows: u64,
+        cols: u64,
+        row_stride: u64,
+        box_rows: u32,
+        box_cols: u32,
+        swizzle_bytes: u32,
+    ) -> TensorMapSlot {
+        TensorMapSlot {
+            input,
+            elem,
+            rank: 2,
+            dims: [cols, rows, 1, 1, 1],
+            strides_bytes: [row_stride * elem.size() as u64, 0, 0, 0],
+            box_dims: [box_cols, box_rows, 1, 1, 1],
+            swizzle_bytes,
+        }
+    }
 }
 
 /// The kinds of inputs the correctness gate feeds a kernel.

@@ -232,7 +232,7 @@ pub fn run_once(
     }
     let out_spec = problem.output(&shape);
     let out = g.alloc(out_spec.len * out_spec.elem.size())?;
-    let args = evo_eval::worker::bind_args(&problem.args(&shape), &bufs, out.ptr());
+    let args = evo_eval::worker::bind_args(&problem.args(&shape), &bufs, out.ptr())?;
     g.launch(&f, &dims, &args)?;
     g.synchronize()?;
     Ok(ExitCode::SUCCESS)

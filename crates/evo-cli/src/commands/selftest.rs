@@ -141,7 +141,7 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
                     gpu.upload(b, &t.bytes)?;
                 }
                 let out = gpu.alloc(p.output(s).len * 4)?;
-                let args = evo_eval::worker::bind_args(&r.args, &bufs, out.ptr());
+                let args = evo_eval::worker::bind_args(&r.args, &bufs, out.ptr())?;
                 gpu.launch(&f, &r.launch, &args)?;
                 gpu.synchronize()?;
                 let got: Vec<f64> = gpu
