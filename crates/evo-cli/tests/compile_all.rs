@@ -175,3 +175,50 @@ fn a_covering_sample_of_fp8_sdpa_genomes_compiles_for_sm_90a() {
         }
     }
 }
+
+/// Every genome of the Hopper attention family compiles for sm_90a (both head dims; causal
+/// f16 and non-causal bf16 too) without spills or a stack frame, with HGMMA (warpgroup
+/// MMA) in its SASS: the opcode the family requires from the static gate.
+#[test]
+fn every_wgmma_sdpa_genome_compiles_with_hgmma() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/sdpa_wgmma.toml")).unwrap();
+    for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+        let cfg = dir.path().join(format!("wgmma-{causal}-{dtype}.toml"));
+        std::fs::write(
+            &cfg,
+            text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
+                .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
+                .replace(
+                    "family = \"sdpa_fwd_wgmma\"",
+                    &format!(
+                        "family = \"sdpa_fwd_wgmma\"\ntemplates = {:?}",
+                        root().join("templates")
+                    ),
+                ),
+        )
+        .unwrap();
+        let reports = compile(&["--all"], &cfg);
+        assert_eq!(reports.len(), 20, "10 genomes x 2 head dims");
+        for r in &reports {
+            let g = r["genome"].as_str().unwrap();
+            assert_eq!(r["success"], true, "{g}: {}", r["log"]);
+            let k = r["kernels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|k| k["name"] == "sdpa_fwd")
+                .unwrap_or_else(|| panic!("{g}: no sdpa_fwd"));
+            assert_eq!(k["spill_store_bytes"], 0, "{g} spills");
+            assert_eq!(k["stack_frame_bytes"], 0, "{g} uses a stack frame");
+            assert!(
+                r["sass"]["sdpa_fwd"]["tensor"]["HGMMA"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    > 0,
+                "{g} has no HGMMA: {}",
+                r["sass"]
+            );
+        }
+    }
+}

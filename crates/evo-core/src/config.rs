@@ -174,6 +174,21 @@ pub struct StaticConfig {
     pub min_blocks_per_sm: u32,
     /// Reject a kernel whose SASS shows no tensor-core instruction (needs cuobjdump).
     pub require_tensor_ops: bool,
+    /// Tensor-core opcodes (e.g. "HGMMA") each kernel's SASS must contain (needs
+    /// cuobjdump); a family adds its own (`require_sass` in the family file).
+    pub require_sass: Vec<String>,
+}
+
+impl StaticConfig {
+    /// These rules plus the opcodes a family requires.
+    pub fn requiring(mut self, opcodes: &[String]) -> StaticConfig {
+        for op in opcodes {
+            if !self.require_sass.contains(op) {
+                self.require_sass.push(op.clone());
+            }
+        }
+        self
+    }
 }
 
 impl Default for StaticConfig {
@@ -183,6 +198,7 @@ impl Default for StaticConfig {
             max_registers: 255,
             min_blocks_per_sm: 1,
             require_tensor_ops: false,
+            require_sass: Vec::new(),
         }
     }
 }

@@ -118,6 +118,15 @@ pub fn check(
                 "`{name}` has no tensor-core instruction in its SASS"
             ));
         }
+        if let Some(ops) = &tensor_ops {
+            for op in &rules.require_sass {
+                if ops.get(op).copied().unwrap_or(0) == 0 {
+                    return Err(format!(
+                        "`{name}` has no {op} instruction in its SASS (required by the family or [static] require_sass; found {ops:?})"
+                    ));
+                }
+            }
+        }
         out.push(StaticKernel {
             name: name.clone(),
             registers: k.registers,
@@ -219,6 +228,41 @@ mod tests {
         hmma.tensor.insert("HMMA".into(), 8);
         let some: BTreeMap<String, SassCounts> = [("k".to_string(), hmma)].into_iter().collect();
         assert!(check(&t, &rules, &[kernel(64, 0)], Some(&some), &launch(128, 0)).is_ok());
+        // Without SASS the rule cannot be applied, and does not reject.
+        assert!(check(&t, &rules, &[kernel(64, 0)], None, &launch(128, 0)).is_ok());
+    }
+
+    #[test]
+    fn required_opcodes_must_each_appear() {
+        let t = h100();
+        let rules = StaticConfig::default().requiring(&["HGMMA".to_string()]);
+        assert_eq!(rules.require_sass, vec!["HGMMA".to_string()]);
+        // Requiring twice keeps one entry.
+        assert_eq!(
+            rules
+                .clone()
+                .requiring(&["HGMMA".into()])
+                .require_sass
+                .len(),
+            1
+        );
+        let mut hmma = SassCounts::default();
+        hmma.tensor.insert("HMMA".into(), 8);
+        let only_hmma: BTreeMap<String, SassCounts> =
+            [("k".to_string(), hmma)].into_iter().collect();
+        let e = check(
+            &t,
+            &rules,
+            &[kernel(64, 0)],
+            Some(&only_hmma),
+            &launch(128, 0),
+        )
+        .unwrap_err();
+        assert!(e.contains("no HGMMA"), "{e}");
+        let mut hgmma = SassCounts::default();
+        hgmma.tensor.insert("HGMMA".into(), 12);
+        let with: BTreeMap<String, SassCounts> = [("k".to_string(), hgmma)].into_iter().collect();
+        assert!(check(&t, &rules, &[kernel(64, 0)], Some(&with), &launch(128, 0)).is_ok());
         // Without SASS the rule cannot be applied, and does not reject.
         assert!(check(&t, &rules, &[kernel(64, 0)], None, &launch(128, 0)).is_ok());
     }

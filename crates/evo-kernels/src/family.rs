@@ -58,6 +58,8 @@ struct RawFamily {
     min_arch: u32,
     #[serde(default)]
     description: String,
+    #[serde(default)]
+    require_sass: Vec<String>,
     knobs: toml::Table,
     #[serde(default)]
     derived: toml::Table,
@@ -88,6 +90,8 @@ pub struct Family {
     pub description: String,
     /// Lowest compute capability (e.g. 80) the family's code needs.
     pub min_arch: u32,
+    /// Tensor-core opcodes (e.g. "HGMMA") the static gate requires in every kernel's SASS.
+    pub require_sass: Vec<String>,
     pub knobs: Vec<Knob>,
     pub derived: Vec<(String, Expr)>,
     pub constraints: Vec<(String, Expr)>,
@@ -391,6 +395,7 @@ impl Family {
             problem,
             description: raw.description,
             min_arch: raw.min_arch,
+            require_sass: raw.require_sass,
             knobs,
             derived,
             constraints,

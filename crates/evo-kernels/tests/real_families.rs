@@ -255,3 +255,52 @@ fn every_value_of_every_fp8_sdpa_knob_changes_the_code() {
         );
     }
 }
+
+/// The Hopper family (sm_90a only): every valid genome renders for every specialization
+/// (head dims 64 and 128, causal or not, f16 and bf16) to distinct code, every value of
+/// every knob changes the code, and the family asks the static gate for HGMMA.
+#[test]
+fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
+    let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();
+    assert_eq!(f.min_arch, 90);
+    assert_eq!(f.require_sass, vec!["HGMMA".to_string()]);
+    let specs = sdpa_specs();
+    let space = f.space(specs.contexts()).unwrap();
+    let mut sources = BTreeSet::new();
+    let mut count = 0;
+    for g in space.iter_valid() {
+        for spec in 0..specs.specs.len() {
+            let src = f.render(&space, &g, spec).unwrap();
+            assert!(src.contains("extern \"C\""), "{}", g.canonical());
+            assert!(src.contains("wgmma.mma_async"), "{}", g.canonical());
+            if spec == 0 {
+                sources.insert(src.split_once('\n').unwrap().1.to_string());
+            }
+        }
+        count += 1;
+    }
+    // 2 x 2 x 3 genomes less the two whose ring does not fit 227 KiB at head dim 128.
+    assert_eq!(count, 10);
+    assert_eq!(
+        sources.len(),
+        count,
+        "two genomes rendered to identical code"
+    );
+    for knob in space.knobs() {
+        let distinct = space.iter_valid().any(|base| {
+            let mut bodies = BTreeSet::new();
+            for v in &knob.values {
+                let mut g = base.clone();
+                g.set(knob.name.clone(), v.clone());
+                let vars = space.vars(&g, 0).unwrap();
+                bodies.insert(f.render_vars(&vars).unwrap());
+            }
+            bodies.len() == knob.values.len()
+        });
+        assert!(
+            distinct,
+            "no base where every value of {} differs",
+            knob.name
+        );
+    }
+}

@@ -128,7 +128,10 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         pool: Pool::new(workers, cfg.timeouts.clone()),
         gates: GateSettings {
             target,
-            static_rules: cfg.static_rules.clone(),
+            static_rules: cfg
+                .static_rules
+                .clone()
+                .requiring(&loaded.family.require_sass),
             correctness: cfg.correctness.clone(),
             timing: (cfg.timing.enabled && !o.no_timing).then(|| cfg.timing.clone()),
         },
