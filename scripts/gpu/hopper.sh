@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Groundwork evidence for the Hopper attention family (issue 8), on an H100/H200, from the repo
+# root with .gpu/ carried (.gpu/evo = release build; .gpu/tests.tar.zst from
+# `../shared/tools/gpu-bundle.sh -p evo-gpu`). Logs under $OUT. About 2-4 minutes.
+#  1. crates/evo-gpu/tests/gpu_hopper.rs: a tensor map encoded by Gpu::encode_tensor_map_tiled
+#     and passed as a __grid_constant__ parameter (KernelArg::TensorMap) loads a 64x64 fp16 box
+#     with the 128-byte swizzle and zero fill exactly where swz128_offset says; wgmma
+#     shared x shared (K-major, the S = Q K^T form) and registers x shared (N-major B, the
+#     O += P V form) exact against the CPU on 64x64x64. Expect "4 passed" and the two
+#     "TMA box: ..." / "wgmma: ..." lines; a failure prints the first misplaced elements.
+#  2. evo eval --cover of sdpa_fwd_wgmma (every knob value: 3 genomes x 2 head dims) through every gate on the
+#     default and edge shapes, non-causal then causal. Expect every genome "evaluated" (static
+#     gate sees HGMMA; correctness on ragged seq_q/seq_kv); times per shape are printed.
+#  3. the sdpa_fwd_mma covering eval on the same shapes is NOT rerun here: compare with
+#     scripts/gpu/sdpa.sh output of an earlier session.
+set -uo pipefail
+OUT=${OUT:-/tmp/evo-out}
+mkdir -p "$OUT"
+export EVO_CACHE_DIR=/tmp/evo-cache
+EVO=.gpu/evo
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+
+if [ -f .gpu/tests.tar.zst ]; then
+  echo "== GPU test: TMA tensor map + wgmma probes (crates/evo-gpu/tests/gpu_hopper.rs)"
+  timeout 120 .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
+    --run-ignored all -E 'binary(gpu_hopper)' --no-capture 2>&1 | tail -n 40 | tee "$OUT/gpu_hopper_test.txt"
+else
+  echo "== no .gpu/tests.tar.zst: build it with ../shared/tools/gpu-bundle.sh -p evo-gpu" | tee "$OUT/gpu_hopper_test.txt"
+fi
+
+sed 's/CAUSAL = false/CAUSAL = true/' configs/sdpa_wgmma.toml > /tmp/sdpa_wgmma_causal.toml
+for cfg in configs/sdpa_wgmma.toml /tmp/sdpa_wgmma_causal.toml; do
+  name=$(basename "$cfg" .toml)
+  if [ "$SECONDS" -gt "${CAUSAL_AFTER_S:-200}" ]; then
+    echo "== skipping $name: ${SECONDS}s used"; break
+  fi
+  echo "== evo eval --cover, $name (default + edge shapes)"
+  timeout 150 $EVO eval -c "$cfg" --templates templates --cover 2>&1 | tee "$OUT/eval_$name.txt"
+  echo "eval $name exit ${PIPESTATUS[0]}"
+done
+echo "total ${SECONDS}s"
