@@ -6,7 +6,7 @@
 #     and passed as a __grid_constant__ parameter (KernelArg::TensorMap) loads a 64x64 fp16 box
 #     with the 128-byte swizzle and zero fill exactly where swz128_offset says; wgmma
 #     shared x shared (K-major, the S = Q K^T form) and registers x shared (N-major B, the
-#     O += P V form) exact against the CPU on 64x64x64. Expect "4 passed" and the two
+#     O += P V form) exact against the CPU on 64x128x128. Expect "4 passed" and the two
 #     "TMA box: ..." / "wgmma: ..." lines; a failure prints the first misplaced elements.
 #  2. evo eval --cover of sdpa_fwd_wgmma (every knob value: 3 genomes x 2 head dims) through every gate on the
 #     default and edge shapes, non-causal then causal. Expect every genome "evaluated" (static

@@ -44,19 +44,26 @@ extern "C" __global__ void tma_probe(const __grid_constant__ evo::TmaDescriptor 
     for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) out[i] = tile[i];
 }
 
-// wgmma, one warpgroup: S = A B^T (A 64x64 [m][k], B 64x64 [n][k], both K-major in swizzled
-// shared memory) and O = A V (A from registers, V 64x64 [k][n] N-major in shared memory).
+// wgmma, one warpgroup, at the largest sdpa_fwd_wgmma tile (head dim 128, BLOCK_N 128):
+// S = A B^T (A 64 x 128 [m][k], B 128 x 128 [n][k], both K-major in swizzled shared memory as two
+// 64-column blocks) and O = A V (A from registers, V 128 x 128 [k][n] N-major, two column blocks:
+// LBO = 128 rows x 128 bytes). Dynamic shared memory: 80 KiB + 1 KiB for alignment.
 extern "C" __global__ void __launch_bounds__(128, 1)
 wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, float* o_out) {
-    __shared__ __align__(1024) unsigned char sa[64 * 128];
-    __shared__ __align__(1024) unsigned char sb[64 * 128];
-    __shared__ __align__(1024) unsigned char sv[64 * 128];
+    extern __shared__ __align__(1024) unsigned char dyn[];
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(dyn));
+    unsigned char* const sa = dyn + ((1024 - (base & 1023)) & 1023);
+    unsigned char* const sb = sa + 64 * 256;
+    unsigned char* const sv = sb + 128 * 256;
     const int t = threadIdx.x;
-    for (int i = t; i < 64 * 64; i += 128) {
-        const int r = i / 64, c = i % 64;
+    for (int i = t; i < 64 * 128; i += 128) {
+        const int r = i / 128, c = i % 128;
         *reinterpret_cast<__half*>(sa + evo::swz128_offset(64, r, c)) = a[i];
-        *reinterpret_cast<__half*>(sb + evo::swz128_offset(64, r, c)) = b[i];
-        *reinterpret_cast<__half*>(sv + evo::swz128_offset(64, r, c)) = v[i];
+    }
+    for (int i = t; i < 128 * 128; i += 128) {
+        const int r = i / 128, c = i % 128;
+        *reinterpret_cast<__half*>(sb + evo::swz128_offset(128, r, c)) = b[i];
+        *reinterpret_cast<__half*>(sv + evo::swz128_offset(128, r, c)) = v[i];
     }
     evo::fence_proxy_async_shared();
     __syncthreads();
@@ -64,12 +71,14 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
     const unsigned ub = static_cast<unsigned>(__cvta_generic_to_shared(sb));
     const unsigned uv = static_cast<unsigned>(__cvta_generic_to_shared(sv));
 
-    float s[32];
+    float s[64];
     evo::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-        evo::Wgmma<__half, 64, 0>::ss(s, evo::wgmma_desc_sw128(ua + 32 * kk, 16, 1024),
-                                      evo::wgmma_desc_sw128(ub + 32 * kk, 16, 1024), kk > 0);
+    for (int kk = 0; kk < 8; ++kk) {
+        const unsigned col = kk >> 2, within = 32 * (kk & 3);
+        evo::Wgmma<__half, 128, 0>::ss(
+            s, evo::wgmma_desc_sw128(ua + col * 64 * 128 + within, 16, 1024),
+            evo::wgmma_desc_sw128(ub + col * 128 * 128 + within, 16, 1024), kk > 0);
     }
     evo::wgmma_commit();
     evo::wgmma_wait<0>();
@@ -78,33 +87,36 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
     const int w = t / 32, l = t % 32;
     const int row = 16 * w + l / 4;
     // A fragments straight from global memory (the register layout of wgmma.cuh).
-    unsigned fa[4][4];
+    unsigned fa[8][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < 8; ++kk) {
         const int k0 = 16 * kk + 2 * (l % 4);
-        fa[kk][0] = evo::pack2<__half>(__half2float(a[row * 64 + k0]), __half2float(a[row * 64 + k0 + 1]));
-        fa[kk][1] = evo::pack2<__half>(__half2float(a[(row + 8) * 64 + k0]), __half2float(a[(row + 8) * 64 + k0 + 1]));
-        fa[kk][2] = evo::pack2<__half>(__half2float(a[row * 64 + k0 + 8]), __half2float(a[row * 64 + k0 + 9]));
-        fa[kk][3] = evo::pack2<__half>(__half2float(a[(row + 8) * 64 + k0 + 8]), __half2float(a[(row + 8) * 64 + k0 + 9]));
+        const __half* r0 = a + row * 128;
+        const __half* r8 = a + (row + 8) * 128;
+        fa[kk][0] = evo::pack2<__half>(__half2float(r0[k0]), __half2float(r0[k0 + 1]));
+        fa[kk][1] = evo::pack2<__half>(__half2float(r8[k0]), __half2float(r8[k0 + 1]));
+        fa[kk][2] = evo::pack2<__half>(__half2float(r0[k0 + 8]), __half2float(r0[k0 + 9]));
+        fa[kk][3] = evo::pack2<__half>(__half2float(r8[k0 + 8]), __half2float(r8[k0 + 9]));
     }
-    float o[32];
+    float o[64];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    for (int i = 0; i < 64; ++i) o[i] = 0.f;
     evo::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-        evo::Wgmma<__half, 64, 1>::rs(o, fa[kk], evo::wgmma_desc_sw128(uv + 2048 * kk, 64 * 128, 1024), 1);
+    for (int kk = 0; kk < 8; ++kk) {
+        evo::Wgmma<__half, 128, 1>::rs(o, fa[kk],
+                                       evo::wgmma_desc_sw128(uv + 2048 * kk, 128 * 128, 1024), 1);
     }
     evo::wgmma_commit();
     evo::wgmma_wait<0>();
     evo::wgmma_fence_regs(o);
 
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < 64; ++i) {
         const int r = row + 8 * ((i >> 1) & 1);
         const int c = 8 * (i >> 2) + 2 * (l % 4) + (i & 1);
-        s_out[r * 64 + c] = s[i];
-        o_out[r * 64 + c] = o[i];
+        s_out[r * 128 + c] = s[i];
+        o_out[r * 128 + c] = o[i];
     }
 }
 "#;
@@ -280,12 +292,12 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
     let module = gpu.load_module(out.cubin.as_deref().unwrap()).unwrap();
     let f = module.function("wgmma_probe").unwrap();
     // Small integers / 4: exact in fp16 and in the f32 sums.
-    let gen = |seed: usize| -> Vec<f32> {
-        (0..64 * 64)
+    let gen = |seed: usize, len: usize| -> Vec<f32> {
+        (0..len)
             .map(|i| (((i * 7 + seed * 13) % 9) as f32 - 4.0) / 4.0)
             .collect()
     };
-    let (a, b, v) = (gen(1), gen(2), gen(3));
+    let (a, b, v) = (gen(1, 64 * 128), gen(2, 128 * 128), gen(3, 128 * 128));
     let bytes = |x: &[f32]| -> Vec<u8> {
         x.iter()
             .flat_map(|&e| f16::from_f32(e).to_bits().to_le_bytes())
@@ -294,17 +306,19 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
     let bufs: Vec<_> = [&a, &b, &v]
         .iter()
         .map(|x| {
-            let d = gpu.alloc(64 * 64 * 2).unwrap();
+            let d = gpu.alloc(x.len() * 2).unwrap();
             gpu.upload(&d, &bytes(x)).unwrap();
             d
         })
         .collect();
-    let s_out = gpu.alloc(64 * 64 * 4).unwrap();
-    let o_out = gpu.alloc(64 * 64 * 4).unwrap();
+    let s_out = gpu.alloc(64 * 128 * 4).unwrap();
+    let o_out = gpu.alloc(64 * 128 * 4).unwrap();
+    let smem = (64 + 128 + 128) * 256 + 1024;
+    f.set_max_dynamic_smem(smem).unwrap();
     let dims = LaunchDims {
         grid: [1, 1, 1],
         block: [128, 1, 1],
-        shared_bytes: 0,
+        shared_bytes: smem,
     };
     gpu.launch(
         &f,
@@ -329,11 +343,11 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
     let mut bad_s = 0;
     let mut bad_o = 0;
     for m in 0..64 {
-        for n in 0..64 {
-            let ws: f32 = (0..64).map(|k| a[m * 64 + k] * b[n * 64 + k]).sum();
-            let wo: f32 = (0..64).map(|k| a[m * 64 + k] * v[k * 64 + n]).sum();
-            bad_s += usize::from((s[m * 64 + n] - ws).abs() > 1e-3);
-            bad_o += usize::from((o[m * 64 + n] - wo).abs() > 1e-3);
+        for n in 0..128 {
+            let ws: f32 = (0..128).map(|k| a[m * 128 + k] * b[n * 128 + k]).sum();
+            let wo: f32 = (0..128).map(|k| a[m * 128 + k] * v[k * 128 + n]).sum();
+            bad_s += usize::from((s[m * 128 + n] - ws).abs() > 1e-3);
+            bad_o += usize::from((o[m * 128 + n] - wo).abs() > 1e-3);
         }
     }
     assert_eq!(
@@ -341,5 +355,5 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
         (0, 0),
         "wrong elements of S = A B^T (shared x shared) and O = A V (registers x shared, N-major)"
     );
-    println!("wgmma: S = A B^T and O = A V exact on 64 x 64 x 64");
+    println!("wgmma: S = A B^T and O = A V exact on 64 x 128 x 128");
 }
