@@ -449,6 +449,8 @@ fn check_python_plan(dir: &Path) {
                 ArgSlot::F32(x) => {
                     assert!((a[2].as_f64().unwrap() - *x as f64).abs() < 1e-6, "{a}")
                 }
+                // No exported problem passes tensor maps (evo_kernel.py cannot encode them).
+                ArgSlot::TensorMap(_) => panic!("tensor-map argument in an exported ABI: {a}"),
             }
         }
         checked += 1;

@@ -122,7 +122,7 @@ impl TiledSpec {
                 boxes: self.box_dims.len(),
             });
         }
-        if self.address % 16 != 0 {
+        if !self.address.is_multiple_of(16) {
             return Err(TensorMapError::Address(self.address));
         }
         for (index, &value) in self.dims.iter().enumerate() {
@@ -131,7 +131,7 @@ impl TiledSpec {
             }
         }
         for (i, &value) in self.strides_bytes.iter().enumerate() {
-            if value % 16 != 0 || value >= 1 << 40 {
+            if !value.is_multiple_of(16) || value >= 1 << 40 {
                 return Err(TensorMapError::Stride {
                     index: i + 1,
                     value,
@@ -144,7 +144,7 @@ impl TiledSpec {
             }
         }
         let inner = self.box_dims[0] as u64 * self.dtype.size();
-        if inner % 16 != 0 {
+        if !inner.is_multiple_of(16) {
             return Err(TensorMapError::InnerBoxBytes(inner));
         }
         let span = self.swizzle.bytes();
