@@ -8,7 +8,7 @@
 #     shared x shared (K-major, the S = Q K^T form) and registers x shared (N-major B, the
 #     O += P V form) exact against the CPU on 64x128x128. Expect "4 passed" and the two
 #     "TMA box: ..." / "wgmma: ..." lines; a failure prints the first misplaced elements.
-#  2. evo eval --cover of sdpa_fwd_wgmma (every knob value: 3 genomes x 2 head dims) through every gate on the
+#  2. evo eval --cover of sdpa_fwd_wgmma (every knob value, incl. WARP_SPEC on/off and SETMAXNREG) through every gate on the
 #     default and edge shapes, non-causal then causal. Expect every genome "evaluated" (static
 #     gate sees HGMMA; correctness on ragged seq_q/seq_kv); times per shape are printed.
 #  3. the sdpa_fwd_mma covering eval on the same shapes is NOT rerun here: compare with
