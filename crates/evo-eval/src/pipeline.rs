@@ -124,7 +124,28 @@ impl Evaluator {
     }
 
     /// Runs the static gate and, if it passes, the worker's gates.
+    /// SASS instruction counts of a compiled candidate (cuobjdump, for the static gate).
+    /// CPU work that takes a few hundred ms: callers that hold a GPU slot run it before
+    /// taking the slot and pass it to [`Evaluator::evaluate_with_sass`].
+    pub fn sass_of(&self, compiled: &Compiled) -> Option<BTreeMap<String, SassCounts>> {
+        let cubin = compiled.cubin.as_ref().filter(|_| compiled.success)?;
+        self.compiler.sass_counts(cubin).and_then(|r| r.ok())
+    }
+
     pub async fn evaluate(&self, c: Candidate, compiled: Compiled, id: u64, salt: u64) -> Verdict {
+        let sass = self.sass_of(&compiled);
+        self.evaluate_with_sass(c, compiled, sass, id, salt).await
+    }
+
+    /// [`Evaluator::evaluate`] with the SASS counts already taken ([`Evaluator::sass_of`]).
+    pub async fn evaluate_with_sass(
+        &self,
+        c: Candidate,
+        compiled: Compiled,
+        sass: Option<BTreeMap<String, SassCounts>>,
+        id: u64,
+        salt: u64,
+    ) -> Verdict {
         let seeds = seeds(&c.label, salt, self.gates.correctness.random_trials.max(1));
         let mut v = Verdict {
             label: c.label.clone(),
@@ -148,8 +169,6 @@ impl Evaluator {
             v.detail = last_lines(&compiled.log, 30);
             return v;
         };
-        let sass: Option<BTreeMap<String, SassCounts>> =
-            self.compiler.sass_counts(&cubin).and_then(|r| r.ok());
         let launches: Vec<Vec<(String, LaunchDims)>> = c
             .shapes
             .iter()
