@@ -7,7 +7,7 @@ use evo_core::config::{CorrectnessConfig, StaticConfig};
 use evo_core::{LaunchDims, Target, Value, Vars};
 use evo_gpu::nvrtc::NvrtcError;
 use evo_gpu::{CompileRequest, Compiled, Compiler, SassCounts};
-use evo_kernels::harness::Tolerance;
+use evo_kernels::harness::{ArgSlot, TensorSpec, Tolerance};
 use evo_kernels::Problem;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -34,6 +34,10 @@ pub struct CandidateShape {
     /// Launch geometry per kernel, in `Candidate::kernels` order.
     pub launches: Vec<LaunchDims>,
     pub timed: bool,
+    /// Each kernel's own arguments (empty: every kernel gets the problem's ABI).
+    pub args: Vec<Vec<ArgSlot>>,
+    /// Scratch buffers of the variant on this shape.
+    pub scratch: Vec<TensorSpec>,
 }
 
 /// Settings of the gates, from a config.
@@ -189,6 +193,8 @@ impl Evaluator {
                     vars: s.vars.clone(),
                     launches: s.launches.clone(),
                     timed: s.timed,
+                    args: s.args.clone(),
+                    scratch: s.scratch.clone(),
                 })
                 .collect(),
             correctness: CorrectnessPlan {
@@ -248,6 +254,8 @@ pub fn family_candidates(
                 vars: shape.clone(),
                 launches: dims.into_iter().map(|(_, d)| d).collect(),
                 timed,
+                args: family.launch_args(&vars, shape)?,
+                scratch: family.scratch_specs(&vars, shape)?,
             });
         }
         out.push(Candidate {
