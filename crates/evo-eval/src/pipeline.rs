@@ -180,6 +180,21 @@ impl Evaluator {
                 return v;
             }
         }
+        // Kernels with their own argument lists: each list must match its kernel's
+        // parameters (a mismatch would launch with garbage arguments).
+        if let Some(ptx) = compiled.ptx.as_deref() {
+            if c.shapes.iter().any(|s| !s.args.is_empty()) {
+                let params = static_gate::ptx_params(ptx);
+                for s in c.shapes.iter().filter(|s| !s.args.is_empty()) {
+                    if let Err(why) = static_gate::check_arguments(&params, &c.kernels, &s.args) {
+                        v.status = Status::RejectedStatic;
+                        v.gate = Some(Gate::Static);
+                        v.detail = why;
+                        return v;
+                    }
+                }
+            }
+        }
         let job = Job {
             id,
             problem: self.problem.name().to_string(),
