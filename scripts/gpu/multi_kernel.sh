@@ -6,7 +6,9 @@
 #     their own arguments and a float32 scratch buffer between them, through the worker: correct
 #     and timed; the planted copy whose first kernel writes half the scratch is rejected (NaN
 #     poison, "not finite"); a third 200k-cycle spin kernel adds its time (the graph holds every
-#     kernel). Expect "PASS" and the two times printed.
+#     kernel); and the shipped FP8 end-to-end family on a ragged shape: correct in order, and
+#     rejected ("not finite") with the attention kernel moved before the quantizers. Expect two
+#     "PASS" lines, the times and the end-to-end rel L2 printed.
 #  2. evo eval --cover on configs/sdpa_fp8_e2e.toml: FP8 attention end to end from fp16 = the
 #     family's quantizer on q, k, v (e4m3 + descales into scratch) then the attention kernel, one
 #     variant, checked against attention on the fp16 inputs (end-to-end bound) and timed whole.
@@ -22,10 +24,10 @@ EVO=.gpu/evo
 T=/tmp/multi
 mkdir -p $T
 
-echo "== GPU test: a two-kernel variant with scratch through the worker"
+echo "== GPU tests: multi-kernel variants with scratch through the worker"
 if [ -f .gpu/tests.tar.zst ]; then
   .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
-    -E 'test(a_two_kernel_variant_with_scratch_through_the_worker)' --no-capture 2>&1 | tail -n 20 | tee "$OUT/gpu_test.txt"
+    -E 'binary(gpu_multi_kernel)' --no-capture 2>&1 | tail -n 30 | tee "$OUT/gpu_test.txt"
 else
   echo "no .gpu/tests.tar.zst: build it with ../shared/tools/gpu-bundle.sh (default crates evo-gpu evo-eval)"
 fi

@@ -308,28 +308,31 @@ impl Worker {
             .ok_or_else(|| Stop::Setup(format!("unknown problem `{}`", job.problem)))?;
         let module = self.gpu.load_module(&job.cubin.0)?;
         let mut functions = Vec::new();
-        for (i, name) in job.kernels.iter().enumerate() {
+        for name in &job.kernels {
             let f = module.function(name)?;
-            let dyn_smem = job
-                .shapes
-                .iter()
-                .map(|s| s.launches[i].shared_bytes)
-                .max()
-                .unwrap_or(0);
-            let threads = job
-                .shapes
-                .iter()
-                .map(|s| s.launches[i].threads_per_block())
-                .max()
-                .unwrap_or(1);
+            // A kernel launched several times in a call (the FP8 quantizer on q, k, v) is
+            // one function: its dynamic shared memory limit covers every one of its launches.
+            let same: Vec<usize> = (0..job.kernels.len())
+                .filter(|&j| job.kernels[j] == *name)
+                .collect();
+            let dims = || {
+                job.shapes
+                    .iter()
+                    .flat_map(|s| same.iter().filter_map(|&j| s.launches.get(j)))
+            };
+            let dyn_smem = dims().map(|d| d.shared_bytes).max().unwrap_or(0);
+            let threads = dims().map(|d| d.threads_per_block()).max().unwrap_or(1);
             f.set_max_dynamic_smem(dyn_smem)?;
             let attributes = f.attributes()?;
             let blocks_per_sm = f.occupancy(threads, dyn_smem)?;
-            result.kernels.push(KernelReport {
-                name: name.clone(),
-                attributes,
-                blocks_per_sm,
-            });
+            // One report per kernel, however often it is launched.
+            if !result.kernels.iter().any(|k| k.name == *name) {
+                result.kernels.push(KernelReport {
+                    name: name.clone(),
+                    attributes,
+                    blocks_per_sm,
+                });
+            }
             if blocks_per_sm == 0 {
                 return Err(Stop::Cuda(CudaError {
                     call: "cuOccupancyMaxActiveBlocksPerMultiprocessor",

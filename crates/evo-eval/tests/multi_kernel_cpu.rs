@@ -31,8 +31,12 @@ fn fp8_e2e_argument_lists_match_the_ptx() {
     .collect();
     let p = problem("sdpa_fwd_fp8_e2e").unwrap();
     let shape = p.complete_shape(&shape).unwrap();
-    let specs =
-        Specializations::new(p, Target::from_arch("sm_90a").unwrap(), &[shape.clone()]).unwrap();
+    let specs = Specializations::new(
+        p,
+        Target::from_arch("sm_90a").unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
     let space = family.space(specs.contexts()).unwrap();
     let genome = space.iter_valid().next().unwrap();
     let source = family.render(&space, &genome, 0).unwrap();
