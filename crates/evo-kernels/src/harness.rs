@@ -136,6 +136,9 @@ pub enum ArgSlot {
     I32(i32),
     I64(i64),
     F32(f32),
+    /// Pointer to scratch buffer `i` of the variant (a family's `[[scratch]]`, in order):
+    /// allocated by the worker, NaN-poisoned before every checked call.
+    Scratch(usize),
 }
 
 /// The kinds of inputs the correctness gate feeds a kernel.
