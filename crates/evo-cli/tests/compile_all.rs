@@ -176,6 +176,49 @@ fn a_covering_sample_of_fp8_sdpa_genomes_compiles_for_sm_90a() {
     }
 }
 
+/// The end-to-end FP8 config (problem sdpa_fwd_fp8_e2e, a family of four launches with
+/// their own arguments): through the CLI, a genome compiles per specialization into one
+/// module holding both kernels it launches, spill-free (its code is the FP8 family's, so
+/// the covering sample above covers its knobs).
+#[test]
+fn the_fp8_end_to_end_config_compiles_both_kernels() {
+    let reports = compile(
+        &[
+            "-g",
+            "BLOCK_M=64,BLOCK_N=32,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,V_LAYOUT=transpose,WARP_SPEC=off",
+        ],
+        &root().join("configs/sdpa_fp8_e2e.toml"),
+    );
+    assert_eq!(reports.len(), 2, "one per head dim");
+    for r in &reports {
+        assert_eq!(r["success"], true, "{}", r["log"]);
+        for name in ["sdpa_fp8_quantize", "sdpa_fwd_fp8"] {
+            let k = r["kernels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|k| k["name"] == name)
+                .unwrap_or_else(|| panic!("{name} missing: {}", r["kernels"]));
+            assert_eq!(k["spill_store_bytes"], 0, "{k}");
+        }
+        let launched: Vec<&str> = r["launch"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l[0].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            launched,
+            [
+                "sdpa_fp8_quantize",
+                "sdpa_fp8_quantize",
+                "sdpa_fp8_quantize",
+                "sdpa_fwd_fp8"
+            ]
+        );
+    }
+}
+
 /// Every genome of the Hopper attention family compiles for sm_90a (both head dims, f16
 /// non-causal; a covering sample bf16 causal) without spills or a stack frame, with HGMMA
 /// (warpgroup MMA) in its SASS: the opcode the family requires from the static gate.

@@ -1,7 +1,7 @@
 //! Host-side cost of one correctness trial (no GPU): input generation, digests,
 //! comparison, for a problem's largest default shape. The worker does this work for
 //! every trial while holding the GPU, so it bounds evaluations per hour.
-//!   cargo run --release -p evo-eval --example correctness_cpu_cost [-- sdpa_fwd]
+//!   cargo run --release -p evo-eval --example correctness_cpu_cost [-- sdpa_fwd|sdpa_fwd_fp8]
 use std::time::Instant;
 
 use evo_core::{Value, Vars};
@@ -9,7 +9,8 @@ use evo_eval::compare;
 use evo_kernels::harness::{HostTensor, InputKind};
 
 fn main() {
-    let problem = evo_kernels::problem("sdpa_fwd").expect("sdpa_fwd");
+    let name = std::env::args().nth(1).unwrap_or_else(|| "sdpa_fwd".into());
+    let problem = evo_kernels::problem(&name).expect("a problem: sdpa_fwd or sdpa_fwd_fp8");
     let mut vars = Vars::new();
     for (k, v) in [
         ("BATCH", 4),
@@ -25,7 +26,7 @@ fn main() {
     let tol = problem.tolerance(&vars);
     let out = problem.output(&vars);
     let reps = 3;
-    let (mut generate, mut digest, mut compare_ms) = (0.0, 0.0, 0.0);
+    let (mut generate, mut digest, mut compare_ms, mut end_to_end_ms) = (0.0, 0.0, 0.0, 0.0);
     for seed in 0..reps {
         let t = Instant::now();
         let host = problem.generate(&vars, InputKind::Random, seed);
@@ -41,6 +42,10 @@ fn main() {
         let stats = compare::compare(&got, &reference, &tol);
         compare_ms += t.elapsed().as_secs_f64() * 1e3;
         assert_eq!(stats.max_abs, 0.0);
+        let t = Instant::now();
+        let e2e = problem.end_to_end(&vars, InputKind::Random, seed);
+        end_to_end_ms += t.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(e2e.is_some(), name == "sdpa_fwd_fp8");
     }
     let n = reps as f64;
     let elements = 4 * 8 * 2048 * 64;
@@ -53,9 +58,10 @@ fn main() {
     assert_eq!(encoded.len(), elements);
     println!("one {elements}-element input: normal samples {sample_ms:.1} ms, f16 encoding {encode_ms:.1} ms");
     println!(
-        "sdpa_fwd (4,8,2048,64) f16, per trial: generate {:.1} ms, input copy + comparison {:.1} ms, compare {:.1} ms",
+        "{name} (4,8,2048,64) f16, per trial: generate {:.1} ms, input copy + comparison {:.1} ms, compare {:.1} ms, end-to-end inputs {:.1} ms",
         generate / n,
         digest / n,
-        compare_ms / n
+        compare_ms / n,
+        end_to_end_ms / n
     );
 }

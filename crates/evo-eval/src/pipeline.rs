@@ -7,7 +7,7 @@ use evo_core::config::{CorrectnessConfig, StaticConfig};
 use evo_core::{LaunchDims, Target, Value, Vars};
 use evo_gpu::nvrtc::NvrtcError;
 use evo_gpu::{CompileRequest, Compiled, Compiler, SassCounts};
-use evo_kernels::harness::Tolerance;
+use evo_kernels::harness::{ArgSlot, TensorSpec, Tolerance};
 use evo_kernels::Problem;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -34,6 +34,10 @@ pub struct CandidateShape {
     /// Launch geometry per kernel, in `Candidate::kernels` order.
     pub launches: Vec<LaunchDims>,
     pub timed: bool,
+    /// Each kernel's own arguments (empty: every kernel gets the problem's ABI).
+    pub args: Vec<Vec<ArgSlot>>,
+    /// Scratch buffers of the variant on this shape.
+    pub scratch: Vec<TensorSpec>,
 }
 
 /// Settings of the gates, from a config.
@@ -124,7 +128,28 @@ impl Evaluator {
     }
 
     /// Runs the static gate and, if it passes, the worker's gates.
+    /// SASS instruction counts of a compiled candidate (cuobjdump, for the static gate).
+    /// CPU work that takes a few hundred ms: callers that hold a GPU slot run it before
+    /// taking the slot and pass it to [`Evaluator::evaluate_with_sass`].
+    pub fn sass_of(&self, compiled: &Compiled) -> Option<BTreeMap<String, SassCounts>> {
+        let cubin = compiled.cubin.as_ref().filter(|_| compiled.success)?;
+        self.compiler.sass_counts(cubin).and_then(|r| r.ok())
+    }
+
     pub async fn evaluate(&self, c: Candidate, compiled: Compiled, id: u64, salt: u64) -> Verdict {
+        let sass = self.sass_of(&compiled);
+        self.evaluate_with_sass(c, compiled, sass, id, salt).await
+    }
+
+    /// [`Evaluator::evaluate`] with the SASS counts already taken ([`Evaluator::sass_of`]).
+    pub async fn evaluate_with_sass(
+        &self,
+        c: Candidate,
+        compiled: Compiled,
+        sass: Option<BTreeMap<String, SassCounts>>,
+        id: u64,
+        salt: u64,
+    ) -> Verdict {
         let seeds = seeds(&c.label, salt, self.gates.correctness.random_trials.max(1));
         let mut v = Verdict {
             label: c.label.clone(),
@@ -148,8 +173,6 @@ impl Evaluator {
             v.detail = last_lines(&compiled.log, 30);
             return v;
         };
-        let sass: Option<BTreeMap<String, SassCounts>> =
-            self.compiler.sass_counts(&cubin).and_then(|r| r.ok());
         let launches: Vec<Vec<(String, LaunchDims)>> = c
             .shapes
             .iter()
@@ -176,6 +199,21 @@ impl Evaluator {
                 return v;
             }
         }
+        // Kernels with their own argument lists: each list must match its kernel's
+        // parameters (a mismatch would launch with garbage arguments).
+        if let Some(ptx) = compiled.ptx.as_deref() {
+            if c.shapes.iter().any(|s| !s.args.is_empty()) {
+                let params = static_gate::ptx_params(ptx);
+                for s in c.shapes.iter().filter(|s| !s.args.is_empty()) {
+                    if let Err(why) = static_gate::check_arguments(&params, &c.kernels, &s.args) {
+                        v.status = Status::RejectedStatic;
+                        v.gate = Some(Gate::Static);
+                        v.detail = why;
+                        return v;
+                    }
+                }
+            }
+        }
         let job = Job {
             id,
             problem: self.problem.name().to_string(),
@@ -189,6 +227,8 @@ impl Evaluator {
                     vars: s.vars.clone(),
                     launches: s.launches.clone(),
                     timed: s.timed,
+                    args: s.args.clone(),
+                    scratch: s.scratch.clone(),
                 })
                 .collect(),
             correctness: CorrectnessPlan {
@@ -248,6 +288,8 @@ pub fn family_candidates(
                 vars: shape.clone(),
                 launches: dims.into_iter().map(|(_, d)| d).collect(),
                 timed,
+                args: family.launch_args(&vars, shape)?,
+                scratch: family.scratch_specs(&vars, shape)?,
             });
         }
         out.push(Candidate {
@@ -267,6 +309,58 @@ pub fn family_candidates(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Candidates of a multi-kernel family carry each kernel's arguments and the scratch
+    /// sizes per shape (edge shapes too); a single-kernel family's carry none, so its jobs
+    /// are the same as before multi-kernel variants.
+    #[test]
+    fn family_candidates_carry_per_kernel_arguments_and_scratch() {
+        use evo_kernels::{problem, Family, Specializations};
+        let templates =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        let shape: Vars = [
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", 256.into()),
+            ("SEQ_KV", 256.into()),
+            ("HEAD_DIM", 64.into()),
+        ]
+        .into_iter()
+        .map(|(k, v): (&str, Value)| (k.to_string(), v))
+        .collect();
+        for (p, f, multi) in [
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma", true),
+            ("sdpa_fwd_fp8", "sdpa_fwd_fp8_mma", false),
+        ] {
+            let problem = problem(p).unwrap();
+            let family = Family::load(&templates, p, f).unwrap();
+            let shapes = vec![problem.complete_shape(&shape).unwrap()];
+            let specs =
+                Specializations::new(problem, Target::from_arch("sm_90a").unwrap(), &shapes)
+                    .unwrap();
+            let space = family.space(specs.contexts()).unwrap();
+            let genome = space.iter_valid().next().unwrap();
+            let edges = problem.edge_shapes(&shapes);
+            let c = family_candidates(&family, &space, &specs, &genome, &edges).unwrap();
+            assert_eq!(c.len(), 1);
+            assert!(c[0].shapes.len() > 1, "edge shapes too");
+            for s in &c[0].shapes {
+                if multi {
+                    assert_eq!(c[0].kernels.len(), 4);
+                    assert_eq!(s.args.len(), 4);
+                    assert_eq!(s.launches.len(), 4);
+                    assert_eq!(s.scratch.len(), 6);
+                    let int = |k: &str| s.vars[k].as_int().unwrap() as usize;
+                    let seq_q = int("SEQ_Q");
+                    assert_eq!(s.scratch[0].len, int("BATCH") * int("HEADS") * seq_q * 64);
+                    assert_eq!(s.scratch[5].len, int("BATCH") * int("HEADS"));
+                    assert_eq!(s.args[0][3], ArgSlot::I64(seq_q as i64 * 64));
+                } else {
+                    assert!(s.args.is_empty() && s.scratch.is_empty());
+                }
+            }
+        }
+    }
 
     #[test]
     fn seeds_differ_per_variant_and_repeat_per_run() {

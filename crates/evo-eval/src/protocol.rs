@@ -6,7 +6,7 @@ use base64::Engine;
 use evo_core::{LaunchDims, Vars};
 use evo_gpu::device::DeviceInfo;
 use evo_gpu::runtime::FunctionAttributes;
-use evo_kernels::harness::{InputKind, Tolerance};
+use evo_kernels::harness::{ArgSlot, InputKind, TensorSpec, Tolerance};
 use serde::{Deserialize, Serialize};
 
 use crate::{Gate, Status};
@@ -76,6 +76,14 @@ pub struct ShapeJob {
     pub launches: Vec<LaunchDims>,
     /// Time this shape (edge shapes are checked, not timed).
     pub timed: bool,
+    /// Each kernel's own arguments, in [`Job::kernels`] order; empty: every kernel gets
+    /// the problem's ABI ([`evo_kernels::Problem::args`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Vec<ArgSlot>>,
+    /// Scratch buffers of the variant ([`ArgSlot::Scratch`] indexes them): allocated per
+    /// call, NaN-poisoned before every checked call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch: Vec<TensorSpec>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -292,6 +300,8 @@ mod tests {
                     shared_bytes: 0,
                 }],
                 timed: true,
+                args: vec![],
+                scratch: vec![],
             }],
             correctness: CorrectnessPlan {
                 seeds: vec![1, 2],
@@ -310,6 +320,38 @@ mod tests {
         };
         assert_eq!(back.cubin, job.cubin);
         assert_eq!(back.shapes, job.shapes);
+        // A single-kernel job's line has no per-kernel fields (as before multi-kernel jobs).
+        assert!(!line.contains("\"args\"") && !line.contains("\"scratch\""));
+        // Several kernels with their own arguments and scratch.
+        let mut multi = job.clone();
+        multi.kernels = vec!["quantize".into(), "attention".into()];
+        let dims = multi.shapes[0].launches[0];
+        multi.shapes[0].launches = vec![dims, dims];
+        multi.shapes[0].args = vec![
+            vec![
+                ArgSlot::Input(0),
+                ArgSlot::Scratch(0),
+                ArgSlot::I64(1 << 40),
+            ],
+            vec![
+                ArgSlot::Scratch(0),
+                ArgSlot::Output,
+                ArgSlot::I32(-3),
+                ArgSlot::F32(0.125),
+            ],
+        ];
+        multi.shapes[0].scratch = vec![TensorSpec {
+            name: "q8".into(),
+            elem: evo_kernels::harness::ElemType::E4m3,
+            len: 1 << 33,
+        }];
+        let line = serde_json::to_string(&Request::Evaluate(Box::new(multi.clone()))).unwrap();
+        assert!(!line.contains('\n'));
+        let Request::Evaluate(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("wrong variant")
+        };
+        assert_eq!(back.kernels, multi.kernels);
+        assert_eq!(back.shapes, multi.shapes);
         let ready: Response =
             serde_json::from_str(r#"{"type":"ready","pid":5,"device":null}"#).unwrap();
         assert!(matches!(

@@ -142,9 +142,182 @@ pub fn check(
     Ok(out)
 }
 
+/// One `.param` of a PTX `.entry`: its size in bytes and whether it is a float.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PtxParam {
+    pub bytes: usize,
+    pub float: bool,
+}
+
+/// The parameters of every `.entry` in a PTX module, by kernel name.
+pub fn ptx_params(ptx: &str) -> BTreeMap<String, Vec<PtxParam>> {
+    let mut out = BTreeMap::new();
+    let mut lines = ptx.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim().split(".entry ").nth(1) else {
+            continue;
+        };
+        let name = rest.trim_end_matches('(').trim().to_string();
+        let mut params = Vec::new();
+        for p in lines.by_ref() {
+            let p = p.trim();
+            if p.starts_with(')') {
+                break;
+            }
+            let words: Vec<&str> = p.split_whitespace().collect();
+            if words.first() != Some(&".param") {
+                continue;
+            }
+            // `.param .u64 x`, `.param .u64 .ptr .global .align 1 x`, `.param .f32 x`,
+            // `.param .align 64 .b8 x[128]` (a by-value struct).
+            let ty = words
+                .iter()
+                .skip(1)
+                .find(|w| w.len() > 2 && w.starts_with('.') && w[2..].parse::<usize>().is_ok())
+                .copied()
+                .unwrap_or(".b8");
+            let name = words.last().copied().unwrap_or("");
+            let count = name
+                .split_once('[')
+                .and_then(|(_, n)| n.trim_end_matches([']', ',']).parse::<usize>().ok())
+                .unwrap_or(1);
+            let bits: usize = ty[2..].parse().unwrap_or(8);
+            params.push(PtxParam {
+                bytes: bits / 8 * count,
+                float: ty.starts_with(".f"),
+            });
+        }
+        out.insert(name, params);
+    }
+    out
+}
+
+/// Checks that each launch's argument list matches its kernel's parameters in the PTX
+/// (count, sizes, floats where the kernel takes floats): a family whose `args` disagree
+/// with the kernel it launches would otherwise pass garbage. `Err` is the reason.
+pub fn check_arguments(
+    params: &BTreeMap<String, Vec<PtxParam>>,
+    kernels: &[String],
+    args: &[Vec<evo_kernels::harness::ArgSlot>],
+) -> Result<(), String> {
+    use evo_kernels::harness::ArgSlot;
+    for (i, (kernel, list)) in kernels.iter().zip(args).enumerate() {
+        let Some(want) = params.get(kernel) else {
+            return Err(format!("kernel `{kernel}` is not in the PTX"));
+        };
+        let got: Vec<PtxParam> = list
+            .iter()
+            .map(|a| match a {
+                ArgSlot::Input(_) | ArgSlot::Output | ArgSlot::Scratch(_) | ArgSlot::I64(_) => {
+                    PtxParam {
+                        bytes: 8,
+                        float: false,
+                    }
+                }
+                ArgSlot::I32(_) => PtxParam {
+                    bytes: 4,
+                    float: false,
+                },
+                ArgSlot::F32(_) => PtxParam {
+                    bytes: 4,
+                    float: true,
+                },
+                // A CUtensorMap by value: `.param .align 64 .b8 x[128]`.
+                ArgSlot::TensorMap(_) => PtxParam {
+                    bytes: 128,
+                    float: false,
+                },
+            })
+            .collect();
+        if got != *want {
+            let show = |l: &[PtxParam]| {
+                l.iter()
+                    .map(|p| format!("{}{}", if p.float { "f" } else { "" }, p.bytes))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            return Err(format!(
+                "launch {} (`{kernel}`): its argument list does not match the kernel's parameters: the kernel takes {} ({}), the list gives {} ({}) [bytes, f = float]",
+                i + 1,
+                want.len(),
+                show(want),
+                got.len(),
+                show(&got)
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PTX: &str = "
+.visible .entry sdpa_fp8_quantize(
+	.param .u64 .ptr .global .align 1 sdpa_fp8_quantize_param_0,
+	.param .u64 sdpa_fp8_quantize_param_1,
+	.param .u32 sdpa_fp8_quantize_param_2,
+	.param .f32 sdpa_fp8_quantize_param_3,
+	.param .align 64 .b8 sdpa_fp8_quantize_param_4[128]
+)
+.maxntid 256, 1, 1
+{
+}
+.visible .entry empty(
+
+)
+{
+}
+";
+
+    #[test]
+    fn argument_lists_must_match_the_ptx_parameters() {
+        use evo_kernels::harness::ArgSlot;
+        let p = ptx_params(PTX);
+        assert_eq!(p["empty"], vec![]);
+        let sizes: Vec<(usize, bool)> = p["sdpa_fp8_quantize"]
+            .iter()
+            .map(|p| (p.bytes, p.float))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(8, false), (8, false), (4, false), (4, true), (128, false)]
+        );
+        let k = vec!["empty".to_string()];
+        assert!(check_arguments(&p, &k, &[vec![]]).is_ok());
+        let e = check_arguments(&p, &k, &[vec![ArgSlot::I32(1)]]).unwrap_err();
+        assert!(
+            e.contains("launch 1 (`empty`)") && e.contains("takes 0"),
+            "{e}"
+        );
+        // A tensor map fills the 128-byte by-value parameter.
+        let map = evo_kernels::harness::TensorMapSlot::matrix(
+            0,
+            evo_kernels::harness::ElemType::F16,
+            64,
+            64,
+            64,
+            64,
+            64,
+            128,
+        );
+        let q = vec!["sdpa_fp8_quantize".to_string()];
+        let full = vec![
+            ArgSlot::Input(0),
+            ArgSlot::I64(1),
+            ArgSlot::I32(1),
+            ArgSlot::F32(1.0),
+            ArgSlot::TensorMap(map),
+        ];
+        assert!(check_arguments(&p, &q, std::slice::from_ref(&full)).is_ok());
+        let mut wrong = full.clone();
+        wrong[4] = ArgSlot::I64(0);
+        assert!(check_arguments(&p, &q, &[wrong]).is_err());
+        let e = check_arguments(&p, &["nope".to_string()], &[vec![]]).unwrap_err();
+        assert!(e.contains("`nope` is not in the PTX"), "{e}");
+        // Through PTX of a real multi-kernel family: tests/multi_kernel_cpu.rs.
+    }
 
     fn kernel(registers: u32, spill: u32) -> KernelResources {
         KernelResources {

@@ -12,18 +12,19 @@ use std::time::Instant;
 use evo_core::{LaunchDims, Value, Vars};
 use evo_gpu::runtime::{CudaError, DeviceBuffer, Function, Gpu, KernelArg, Module};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
-use evo_kernels::harness::{ArgSlot, HostTensor, InputKind, Tolerance};
+use evo_kernels::harness::{ArgSlot, HostTensor, InputKind, TensorSpec, Tolerance};
 use evo_kernels::Problem;
 
 use crate::compare;
 use crate::protocol::{
-    CheckFailure, Job, JobResult, KernelReport, Request, Response, ShapeResult, TimingPlan,
-    TimingReport, TrialReport,
+    CheckFailure, Job, JobResult, KernelReport, Request, Response, ShapeJob, ShapeResult,
+    TimingPlan, TimingReport, TrialReport,
 };
 use crate::timing;
 use crate::{Gate, Status};
 
 /// Why a job stopped early.
+#[derive(Debug)]
 enum Stop {
     Cuda(CudaError),
     Check(String),
@@ -147,41 +148,92 @@ struct Worker {
     compiler: Option<Compiler>,
 }
 
-/// Device buffers of one call: inputs and the guarded output.
+/// Device buffers of one call: inputs, the guarded output and the variant's scratch.
 struct CallBuffers {
     inputs: Vec<DeviceBuffer>,
     output: DeviceBuffer,
     guard: usize,
+    scratch: Vec<DeviceBuffer>,
 }
 
 impl CallBuffers {
-    fn args(&self, slots: &[ArgSlot]) -> Result<Vec<KernelArg>, CudaError> {
-        bind_args(slots, &self.inputs, self.output.ptr() + self.guard as u64)
+    fn pointers(&self) -> (Vec<u64>, u64, Vec<u64>) {
+        (
+            self.inputs.iter().map(DeviceBuffer::ptr).collect(),
+            self.output.ptr() + self.guard as u64,
+            self.scratch.iter().map(DeviceBuffer::ptr).collect(),
+        )
+    }
+
+    fn args(&self, slots: &[ArgSlot]) -> Result<Vec<KernelArg>, Stop> {
+        let (inputs, output, scratch) = self.pointers();
+        bind_args(
+            slots,
+            &CallPointers {
+                inputs: &inputs,
+                output,
+                scratch: &scratch,
+            },
+        )
+        .map_err(Stop::Setup)
+    }
+
+    /// Each kernel's arguments: its own list, else the problem's ABI.
+    fn kernel_args(&self, lists: &[Vec<ArgSlot>]) -> Result<Vec<Vec<KernelArg>>, Stop> {
+        lists.iter().map(|l| self.args(l)).collect()
+    }
+
+    /// Fills every scratch buffer with 0xFF bytes: NaN in f16, bf16, f32 and e4m3, so a
+    /// kernel that reads scratch no earlier kernel wrote yields NaN.
+    fn poison_scratch(&self, gpu: &Gpu) -> Result<(), CudaError> {
+        for b in &self.scratch {
+            gpu.memset_u8(b, 0xff)?;
+        }
+        Ok(())
     }
 }
 
-/// A problem's argument list with its tensors bound to device buffers; tensor maps are
-/// encoded over their input's buffer (a refused map is a non-sticky error naming the rule).
-pub fn bind_args(
-    slots: &[ArgSlot],
-    inputs: &[DeviceBuffer],
-    output: u64,
-) -> Result<Vec<KernelArg>, CudaError> {
+/// Device addresses of one call's buffers, for [`bind_args`].
+pub struct CallPointers<'a> {
+    pub inputs: &'a [u64],
+    /// The output's first element (after any guard region).
+    pub output: u64,
+    pub scratch: &'a [u64],
+}
+
+/// An argument list with its tensors bound to device addresses; an index past the
+/// buffers of the call is an error (a job whose arguments do not match its problem).
+pub fn bind_args(slots: &[ArgSlot], p: &CallPointers) -> Result<Vec<KernelArg>, String> {
+    let ptr = |what: &str, list: &[u64], i: usize| {
+        list.get(i).copied().map(KernelArg::Ptr).ok_or_else(|| {
+            format!(
+                "argument names {what} {i}, but the call has {} {what} buffers",
+                list.len()
+            )
+        })
+    };
     slots
         .iter()
-        .map(|s| {
-            Ok(match *s {
-                ArgSlot::Input(i) => KernelArg::Ptr(inputs[i].ptr()),
-                ArgSlot::Output => KernelArg::Ptr(output),
-                ArgSlot::I32(v) => KernelArg::I32(v),
-                ArgSlot::I64(v) => KernelArg::I64(v),
-                ArgSlot::F32(v) => KernelArg::F32(v),
-                ArgSlot::TensorMap(m) => {
-                    KernelArg::TensorMap(evo_gpu::runtime::encode_tensor_map_tiled(
-                        &tensor_map_spec(&m, inputs[m.input].ptr())?,
-                    )?)
-                }
-            })
+        .map(|s| match *s {
+            ArgSlot::Input(i) => ptr("input", p.inputs, i),
+            ArgSlot::Output => Ok(KernelArg::Ptr(p.output)),
+            ArgSlot::Scratch(i) => ptr("scratch", p.scratch, i),
+            ArgSlot::I32(v) => Ok(KernelArg::I32(v)),
+            ArgSlot::I64(v) => Ok(KernelArg::I64(v)),
+            ArgSlot::F32(v) => Ok(KernelArg::F32(v)),
+            ArgSlot::TensorMap(m) => {
+                let address = p.inputs.get(m.input).copied().ok_or_else(|| {
+                    format!(
+                        "tensor map names input {}, but the call has {} input buffers",
+                        m.input,
+                        p.inputs.len()
+                    )
+                })?;
+                tensor_map_spec(&m, address)
+                    .and_then(|spec| evo_gpu::runtime::encode_tensor_map_tiled(&spec))
+                    .map(KernelArg::TensorMap)
+                    .map_err(|e| format!("tensor map over input {}: {e}", m.input))
+            }
         })
         .collect()
 }
@@ -213,6 +265,40 @@ pub fn tensor_map_spec(
         box_dims: m.box_dims.iter().take(rank).copied().collect(),
         swizzle: Swizzle::from_bytes(m.swizzle_bytes)?,
     })
+}
+
+/// Each kernel's argument list for one shape: its own where the job gives them, else
+/// the problem's ABI for every kernel.
+fn argument_lists(
+    problem: &dyn Problem,
+    shape: &ShapeJob,
+    kernels: usize,
+) -> Result<Vec<Vec<ArgSlot>>, Stop> {
+    if shape.args.is_empty() {
+        return Ok(vec![problem.args(&shape.vars); kernels]);
+    }
+    if shape.args.len() != kernels || shape.launches.len() != kernels {
+        return Err(Stop::Setup(format!(
+            "the job has {kernels} kernels but {} argument lists and {} launches for {}",
+            shape.args.len(),
+            shape.launches.len(),
+            describe(&shape.vars)
+        )));
+    }
+    Ok(shape.args.clone())
+}
+
+/// Launches a variant's kernels in order on `gpu`'s stream, kernel i with `args[i]`.
+fn launch_sequence(
+    gpu: &Gpu,
+    functions: &[Function],
+    launches: &[LaunchDims],
+    args: &[Vec<KernelArg>],
+) -> Result<(), CudaError> {
+    for ((f, dims), a) in functions.iter().zip(launches).zip(args) {
+        gpu.launch(f, dims, a)?;
+    }
+    Ok(())
 }
 
 fn describe(vars: &Vars) -> String {
@@ -264,28 +350,31 @@ impl Worker {
             .ok_or_else(|| Stop::Setup(format!("unknown problem `{}`", job.problem)))?;
         let module = self.gpu.load_module(&job.cubin.0)?;
         let mut functions = Vec::new();
-        for (i, name) in job.kernels.iter().enumerate() {
+        for name in &job.kernels {
             let f = module.function(name)?;
-            let dyn_smem = job
-                .shapes
-                .iter()
-                .map(|s| s.launches[i].shared_bytes)
-                .max()
-                .unwrap_or(0);
-            let threads = job
-                .shapes
-                .iter()
-                .map(|s| s.launches[i].threads_per_block())
-                .max()
-                .unwrap_or(1);
+            // A kernel launched several times in a call (the FP8 quantizer on q, k, v) is
+            // one function: its dynamic shared memory limit covers every one of its launches.
+            let same: Vec<usize> = (0..job.kernels.len())
+                .filter(|&j| job.kernels[j] == *name)
+                .collect();
+            let dims = || {
+                job.shapes
+                    .iter()
+                    .flat_map(|s| same.iter().filter_map(|&j| s.launches.get(j)))
+            };
+            let dyn_smem = dims().map(|d| d.shared_bytes).max().unwrap_or(0);
+            let threads = dims().map(|d| d.threads_per_block()).max().unwrap_or(1);
             f.set_max_dynamic_smem(dyn_smem)?;
             let attributes = f.attributes()?;
             let blocks_per_sm = f.occupancy(threads, dyn_smem)?;
-            result.kernels.push(KernelReport {
-                name: name.clone(),
-                attributes,
-                blocks_per_sm,
-            });
+            // One report per kernel, however often it is launched.
+            if !result.kernels.iter().any(|k| k.name == *name) {
+                result.kernels.push(KernelReport {
+                    name: name.clone(),
+                    attributes,
+                    blocks_per_sm,
+                });
+            }
             if blocks_per_sm == 0 {
                 return Err(Stop::Cuda(CudaError {
                     call: "cuOccupancyMaxActiveBlocksPerMultiprocessor",
@@ -298,7 +387,7 @@ impl Worker {
         }
         let checks = Instant::now();
         for shape in &job.shapes {
-            let r = self.check_shape(job, problem, &functions, &shape.vars, &shape.launches)?;
+            let r = self.check_shape(job, problem, &functions, shape)?;
             result.shapes.push(r);
         }
         result.check_ms = checks.elapsed().as_secs_f64() * 1e3;
@@ -306,14 +395,7 @@ impl Worker {
         if let Some(plan) = &job.timing {
             for (i, shape) in job.shapes.iter().enumerate() {
                 if shape.timed {
-                    let t = self.time_shape(
-                        job,
-                        problem,
-                        &functions,
-                        &shape.vars,
-                        &shape.launches,
-                        plan,
-                    )?;
+                    let t = self.time_shape(job, problem, &functions, shape, plan)?;
                     result.shapes[i].timing = Some(t);
                 }
             }
@@ -385,7 +467,16 @@ impl Worker {
         out: &DeviceBuffer,
         what: &str,
     ) -> Result<Vec<f32>, Stop> {
-        let args = bind_args(&reference.args, buffers, out.ptr())?;
+        let inputs: Vec<u64> = buffers.iter().map(DeviceBuffer::ptr).collect();
+        let args = bind_args(
+            &reference.args,
+            &CallPointers {
+                inputs: &inputs,
+                output: out.ptr(),
+                scratch: &[],
+            },
+        )
+        .map_err(Stop::Setup)?;
         let (_, f) = &self.references[&reference.entry];
         self.gpu.launch(f, &reference.launch, &args)?;
         self.gpu.synchronize()?;
@@ -408,6 +499,7 @@ impl Worker {
         problem: &dyn Problem,
         vars: &Vars,
         guard: usize,
+        scratch: &[TensorSpec],
     ) -> Result<CallBuffers, CudaError> {
         let inputs = problem
             .inputs(vars)
@@ -416,34 +508,38 @@ impl Worker {
             .collect::<Result<Vec<_>, _>>()?;
         let out = problem.output(vars);
         let output = self.gpu.alloc(2 * guard + out.len * out.elem.size())?;
+        let scratch = scratch
+            .iter()
+            .map(|t| self.gpu.alloc(t.len * t.elem.size()))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(CallBuffers {
             inputs,
             output,
             guard,
+            scratch,
         })
     }
 
+    /// One call of the variant: every kernel in order on the worker's stream, each with
+    /// its own arguments.
     fn launch_all(
         &self,
         functions: &[Function],
         launches: &[LaunchDims],
-        args: &[KernelArg],
+        args: &[Vec<KernelArg>],
     ) -> Result<(), CudaError> {
-        for (f, dims) in functions.iter().zip(launches) {
-            self.gpu.launch(f, dims, args)?;
-        }
-        Ok(())
+        launch_sequence(&self.gpu, functions, launches, args)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn check_shape(
         &mut self,
         job: &Job,
         problem: &dyn Problem,
         functions: &[Function],
-        vars: &Vars,
-        launches: &[LaunchDims],
+        shape: &ShapeJob,
     ) -> Result<ShapeResult, Stop> {
+        let (vars, launches) = (&shape.vars, &shape.launches[..]);
+        let arg_lists = argument_lists(problem, shape, functions.len())?;
         let plan = &job.correctness;
         let out_spec = problem.output(vars);
         let dtype = vars
@@ -458,8 +554,8 @@ impl Worker {
             .map(|(_, t)| *t)
             .unwrap_or_else(|| problem.tolerance(vars));
         let (reference, _) = self.reference(problem, vars)?;
-        let cand = self.alloc_call(problem, vars, plan.guard_bytes)?;
-        let refb = self.alloc_call(problem, vars, 0)?;
+        let cand = self.alloc_call(problem, vars, plan.guard_bytes, &shape.scratch)?;
+        let refb = self.alloc_call(problem, vars, 0, &[])?;
         // The reference writes float32.
         let ref_out = self.gpu.alloc(out_spec.len * 4)?;
         let mut ref_args = refb.args(&reference.args)?;
@@ -468,7 +564,7 @@ impl Worker {
                 *arg = KernelArg::Ptr(ref_out.ptr());
             }
         }
-        let cand_args = cand.args(&problem.args(vars))?;
+        let cand_args = cand.kernel_args(&arg_lists)?;
         let input_names: Vec<String> = problem.inputs(vars).into_iter().map(|t| t.name).collect();
 
         let mut trials: Vec<(InputKind, u64)> =
@@ -507,6 +603,7 @@ impl Worker {
             }
             // Candidate, on a poisoned output.
             self.gpu.upload(&cand.output, &poison)?;
+            cand.poison_scratch(&self.gpu)?;
             self.launch_all(functions, launches, &cand_args)?;
             self.gpu.synchronize()?;
             let first = self.gpu.download(&cand.output)?;
@@ -565,6 +662,7 @@ impl Worker {
             }
             if failure.is_none() && plan.repeat_check && t == 0 {
                 self.gpu.upload(&cand.output, &poison)?;
+                cand.poison_scratch(&self.gpu)?;
                 self.launch_all(functions, launches, &cand_args)?;
                 self.gpu.synchronize()?;
                 let second = self.gpu.download(&cand.output)?;
@@ -608,16 +706,22 @@ impl Worker {
         job: &Job,
         problem: &dyn Problem,
         functions: &[Function],
-        vars: &Vars,
-        launches: &[LaunchDims],
+        shape: &ShapeJob,
         plan: &TimingPlan,
     ) -> Result<TimingReport, Stop> {
+        let (vars, launches) = (&shape.vars, &shape.launches[..]);
+        let arg_lists = argument_lists(problem, shape, functions.len())?;
         let bytes_per_set: usize = problem
             .inputs(vars)
             .iter()
             .map(|t| t.len * t.elem.size())
             .sum::<usize>()
-            + problem.output(vars).len * problem.output(vars).elem.size();
+            + problem.output(vars).len * problem.output(vars).elem.size()
+            + shape
+                .scratch
+                .iter()
+                .map(|t| t.len * t.elem.size())
+                .sum::<usize>();
         let sets =
             timing::input_sets(bytes_per_set, self.gpu.info.l2_bytes as usize, plan) as usize;
         let host = problem.generate(
@@ -627,21 +731,19 @@ impl Worker {
         );
         let mut calls = Vec::with_capacity(sets);
         for _ in 0..sets {
-            let call = self.alloc_call(problem, vars, 0)?;
+            let call = self.alloc_call(problem, vars, 0, &shape.scratch)?;
             for (h, d) in host.iter().zip(&call.inputs) {
                 self.gpu.upload(d, &h.bytes)?;
             }
             calls.push(call);
         }
-        let args: Vec<Vec<KernelArg>> = calls
+        let args: Vec<Vec<Vec<KernelArg>>> = calls
             .iter()
-            .map(|c| c.args(&problem.args(vars)))
+            .map(|c| c.kernel_args(&arg_lists))
             .collect::<Result<_, _>>()?;
+        // One call = the whole sequence: the graph captures every kernel of every call.
         let (samples, per_graph) = measure(&self.gpu, plan, sets, |g, set| {
-            for (f, dims) in functions.iter().zip(launches) {
-                g.launch(f, dims, &args[set])?;
-            }
-            Ok(())
+            launch_sequence(g, functions, launches, &args[set])
         })?;
         let (median, p20, p80) = timing::summary(&samples);
         let tflops = problem.flops(vars) / (median * 1e-6) / 1e12;
@@ -667,5 +769,101 @@ impl Worker {
             peak_fraction: peak.map(|p| tflops / p),
             gb_per_s: problem.min_bytes(vars) / (median * 1e-6) / 1e9,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evo_kernels::harness::ElemType;
+
+    fn shape_job(args: Vec<Vec<ArgSlot>>, kernels: usize) -> ShapeJob {
+        let vars = evo_kernels::problem("gemm")
+            .unwrap()
+            .complete_shape(
+                &[("M", 4), ("N", 8), ("K", 16)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.into()))
+                    .collect(),
+            )
+            .unwrap();
+        ShapeJob {
+            vars,
+            launches: vec![
+                LaunchDims {
+                    grid: [1, 1, 1],
+                    block: [32, 1, 1],
+                    shared_bytes: 0,
+                };
+                kernels
+            ],
+            timed: true,
+            args,
+            scratch: vec![TensorSpec {
+                name: "s".into(),
+                elem: ElemType::F32,
+                len: 64,
+            }],
+        }
+    }
+
+    #[test]
+    fn each_kernel_binds_its_own_buffers() {
+        let p = CallPointers {
+            inputs: &[0x1000, 0x2000],
+            output: 0x3000 + 64,
+            scratch: &[0x4000, 0x5000],
+        };
+        let args = bind_args(
+            &[
+                ArgSlot::Input(1),
+                ArgSlot::Scratch(1),
+                ArgSlot::Output,
+                ArgSlot::Scratch(0),
+                ArgSlot::Input(0),
+                ArgSlot::I32(-7),
+                ArgSlot::I64(1 << 40),
+                ArgSlot::F32(0.5),
+            ],
+            &p,
+        )
+        .unwrap();
+        assert_eq!(
+            args,
+            vec![
+                KernelArg::Ptr(0x2000),
+                KernelArg::Ptr(0x5000),
+                KernelArg::Ptr(0x3040),
+                KernelArg::Ptr(0x4000),
+                KernelArg::Ptr(0x1000),
+                KernelArg::I32(-7),
+                KernelArg::I64(1 << 40),
+                KernelArg::F32(0.5),
+            ]
+        );
+        let e = bind_args(&[ArgSlot::Scratch(2)], &p).unwrap_err();
+        assert!(e.contains("scratch 2") && e.contains("2 scratch"), "{e}");
+        let e = bind_args(&[ArgSlot::Input(5)], &p).unwrap_err();
+        assert!(e.contains("input 5"), "{e}");
+    }
+
+    #[test]
+    fn kernels_without_their_own_lists_get_the_abi() {
+        let gemm = evo_kernels::problem("gemm").unwrap();
+        let s = shape_job(vec![], 2);
+        let lists = argument_lists(gemm, &s, 2).unwrap();
+        assert_eq!(lists, vec![gemm.args(&s.vars); 2]);
+        let own = vec![
+            vec![ArgSlot::Input(0), ArgSlot::Scratch(0)],
+            vec![ArgSlot::Scratch(0), ArgSlot::Output],
+        ];
+        let s = shape_job(own.clone(), 2);
+        assert_eq!(argument_lists(gemm, &s, 2).unwrap(), own);
+        // A job whose lists do not match its kernels is refused, not launched.
+        let s = shape_job(own, 3);
+        let Err(Stop::Setup(why)) = argument_lists(gemm, &s, 3) else {
+            panic!("accepted a job with 3 kernels and 2 argument lists")
+        };
+        assert!(why.contains("3 kernels but 2 argument lists"), "{why}");
     }
 }

@@ -8,6 +8,18 @@
 //! undefined variable, and that every knob changes the rendered source. Errors name the
 //! file and, where there is one, the line.
 //!
+//! Several kernels: `[[launch]]` tables run in order on one stream (the gates check and
+//! time the whole sequence). A launch may give its own `args` (by default every kernel
+//! gets the problem's ABI, [`Problem::args`]): a list of input or output tensor names,
+//! `[[scratch]]` buffer names, `"@list"` (an argument list the problem offers,
+//! [`Problem::arg_lists`]) and `"i32:EXPR"` / `"i64:EXPR"` scalars over knobs, derived
+//! values, the specialization and the shape. `[[scratch]]` declares a device buffer of
+//! the variant (`name`, `elem`: f16, bf16, f32, e4m3, u8 or DTYPE, `len`: elements, an
+//! expression like a launch rule's) that the worker allocates per call and fills with
+//! NaN before every checked call. `base = "other.toml"` (a path relative to this file)
+//! takes every top-level key of another family file that this one does not set (the
+//! template path stays relative to the base).
+//!
 //! Files under `templates/common/` are registered as `common/<path>`: `*.tera` files are
 //! templates themselves; anything else (plain `.cuh` headers) is included verbatim, so
 //! CUDA braces never meet Tera's parser.
@@ -21,6 +33,7 @@ use evo_core::{Expr, Genome, Knob, LaunchDims, LaunchRule, Space, Target, Value,
 use rand::SeedableRng;
 use serde::Deserialize;
 
+use crate::harness::{dtype, ArgSlot, ElemType, TensorSpec};
 use crate::problem::{problem, Problem};
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +79,20 @@ struct RawFamily {
     #[serde(default)]
     constraints: toml::Table,
     launch: Option<toml::Value>,
+    #[serde(default)]
+    scratch: Vec<RawScratch>,
+    /// Resolved before parsing (see [`Family::load_file`]).
+    #[serde(default)]
+    #[allow(dead_code)]
+    base: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScratch {
+    name: String,
+    elem: String,
+    len: String,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +103,27 @@ struct RawLaunch {
     block: Vec<String>,
     #[serde(default = "zero")]
     shared_bytes: String,
+    args: Option<Vec<String>>,
+}
+
+/// One entry of a launch's `args`, resolved at load time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgRef {
+    /// An input, the output or a scratch buffer.
+    Slot(ArgSlot),
+    I32(Expr),
+    I64(Expr),
+    /// A named argument list of the problem ([`Problem::arg_lists`]).
+    List(String),
+}
+
+/// A scratch buffer of a variant: `len` elements of `elem` (`None`: the DTYPE of the
+/// specialization).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScratchRule {
+    pub name: String,
+    pub elem: Option<ElemType>,
+    pub len: Expr,
 }
 
 fn zero() -> String {
@@ -97,6 +145,10 @@ pub struct Family {
     pub constraints: Vec<(String, Expr)>,
     /// One rule per kernel, in launch order.
     pub launches: Vec<LaunchRule>,
+    /// Each launch's own argument list (`None`: the problem's ABI), in launch order.
+    pub launch_args: Vec<Option<Vec<ArgRef>>>,
+    /// Scratch buffers, in the order [`ArgSlot::Scratch`] indexes them.
+    pub scratch: Vec<ScratchRule>,
     /// The family file.
     pub path: PathBuf,
     template_name: String,
@@ -121,6 +173,78 @@ fn line_of(text: &str, section: Option<&str>, key: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// 1-based line of `key = ...` inside the `index`-th (0-based) `[[table]]`.
+fn array_line(text: &str, table: &str, index: usize, key: &str) -> Option<usize> {
+    let header = format!("[[{table}]]");
+    let mut seen: Option<usize> = None;
+    let mut inside = false;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == header && {
+                seen = Some(seen.map_or(0, |n| n + 1));
+                seen == Some(index)
+            };
+            continue;
+        }
+        if inside {
+            if let Some((k, _)) = t.split_once('=') {
+                if k.trim().trim_matches('"') == key {
+                    return Some(i + 1);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `text` parsed as a family table, with the keys of its `base` file merged in.
+fn with_base(path: &Path, text: &str) -> Result<Option<toml::Table>, FamilyError> {
+    let parse = |path: &Path, text: &str| {
+        text.parse::<toml::Table>().map_err(|e| FamilyError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    };
+    let mut table = parse(path, text)?;
+    let Some(base) = table.get("base") else {
+        return Ok(None);
+    };
+    let invalid = |message: String| FamilyError::Invalid {
+        path: path.to_path_buf(),
+        line: line_of(text, None, "base"),
+        message,
+    };
+    let base = base
+        .as_str()
+        .ok_or_else(|| invalid("`base` must be a path to another family file".into()))?
+        .to_string();
+    let base_path = path.parent().unwrap_or(Path::new(".")).join(&base);
+    let base_text = std::fs::read_to_string(&base_path).map_err(|source| FamilyError::Read {
+        path: base_path.clone(),
+        source,
+    })?;
+    let mut base_table = parse(&base_path, &base_text)?;
+    if base_table.contains_key("base") {
+        return Err(invalid(format!(
+            "{} has a `base` itself; one level only",
+            base_path.display()
+        )));
+    }
+    // The base's template, relative to this file's folder.
+    if let Some(toml::Value::String(t)) = base_table.get("template") {
+        let dir = Path::new(&base).parent().unwrap_or(Path::new(""));
+        let t = dir.join(t).to_string_lossy().replace('\\', "/");
+        base_table.insert("template".into(), toml::Value::String(t));
+    }
+    for (k, v) in std::mem::take(&mut table) {
+        base_table.insert(k, v);
+    }
+    table = base_table;
+    table.remove("base");
+    Ok(Some(table))
 }
 
 fn tera_message(e: &tera::Error) -> String {
@@ -199,10 +323,20 @@ impl Family {
             path: path.to_path_buf(),
             source,
         })?;
-        let raw: RawFamily = toml::from_str(&text).map_err(|e| FamilyError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
+        let raw: RawFamily = match with_base(path, &text)? {
+            None => toml::from_str(&text).map_err(|e| FamilyError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string().trim_end().to_string(),
+            })?,
+            Some(merged) => {
+                toml::Value::Table(merged)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| FamilyError::Parse {
+                        path: path.to_path_buf(),
+                        message: e.to_string().trim_end().to_string(),
+                    })?
+            }
+        };
         let invalid = |section: Option<&str>, key: &str, message: String| FamilyError::Invalid {
             path: path.to_path_buf(),
             line: line_of(&text, section, key),
@@ -321,6 +455,60 @@ impl Family {
         };
         let mut launch_names = names.clone();
         launch_names.extend(problem.shape_vars().iter().map(|v| v.name.to_string()));
+
+        // Scratch buffers.
+        let mut scratch: Vec<ScratchRule> = Vec::new();
+        for (i, rs) in raw.scratch.iter().enumerate() {
+            let at = |key: &str, message: String| FamilyError::Invalid {
+                path: path.to_path_buf(),
+                line: array_line(&text, "scratch", i, key),
+                message: format!("scratch `{}`: {message}", rs.name),
+            };
+            if scratch.iter().any(|s| s.name == rs.name) {
+                return Err(at("name", "declared twice".into()));
+            }
+            let elem = match rs.elem.as_str() {
+                "DTYPE" => None,
+                e => Some(ElemType::from_dtype(e).ok_or_else(|| {
+                    at(
+                        "elem",
+                        format!("elem = \"{e}\"; use f16, bf16, f32, e4m3, u8 or DTYPE"),
+                    )
+                })?),
+            };
+            let len = Expr::parse(&rs.len).map_err(|e| at("len", e.to_string()))?;
+            check_expr_names(&format!("scratch `{}`, len", rs.name), &len, &launch_names)
+                .map_err(|e| at("len", e.to_string()))?;
+            scratch.push(ScratchRule {
+                name: rs.name.clone(),
+                elem,
+                len,
+            });
+        }
+        // What a launch's `args` may name, from a probe shape.
+        let mut probe = Self::probe_vars(problem);
+        for v in problem.shape_vars() {
+            probe.insert(v.name.to_string(), v.probe_value());
+        }
+        let input_names: Vec<String> = problem.inputs(&probe).into_iter().map(|t| t.name).collect();
+        let output_name = problem.output(&probe).name;
+        for s in &scratch {
+            if input_names.contains(&s.name) || s.name == output_name {
+                return Err(FamilyError::Invalid {
+                    path: path.to_path_buf(),
+                    line: None,
+                    message: format!(
+                        "scratch `{}` has the name of a tensor of problem `{}`; rename it",
+                        s.name,
+                        problem.name()
+                    ),
+                });
+            }
+        }
+        let list_names: Vec<&str> = problem.arg_lists(&probe).iter().map(|(n, _)| *n).collect();
+        let mut launch_args = Vec::new();
+        let mut used_scratch = BTreeSet::new();
+
         let mut launches = Vec::new();
         for (i, rl) in raw_launches.into_iter().enumerate() {
             let rl: RawLaunch =
@@ -370,7 +558,77 @@ impl Family {
                     )
                 })?;
             }
+            let args = match &rl.args {
+                None => None,
+                Some(list) => {
+                    let at = |message: String| FamilyError::Invalid {
+                        path: path.to_path_buf(),
+                        line: array_line(&text, "launch", i, "args"),
+                        message: format!(
+                            "launch rule #{} (`{}`), args: {message}",
+                            i + 1,
+                            rule.kernel
+                        ),
+                    };
+                    let mut refs = Vec::new();
+                    for a in list {
+                        let a = a.trim();
+                        let r = if let Some(name) = a.strip_prefix('@') {
+                            if !list_names.contains(&name) {
+                                return Err(at(format!(
+                                    "`{a}`: problem `{}` offers no argument list `{name}` (it has {list_names:?})",
+                                    problem.name()
+                                )));
+                            }
+                            ArgRef::List(name.to_string())
+                        } else if let Some((ty, src)) = a.split_once(':') {
+                            let expr = Expr::parse(src).map_err(|e| at(format!("`{a}`: {e}")))?;
+                            check_expr_names(&format!("argument `{a}`"), &expr, &launch_names)
+                                .map_err(|e| at(e.to_string()))?;
+                            match ty.trim() {
+                                "i32" => ArgRef::I32(expr),
+                                "i64" => ArgRef::I64(expr),
+                                other => {
+                                    return Err(at(format!(
+                                        "`{a}`: scalar type `{other}`; use i32:EXPR or i64:EXPR (float scalars come from the problem's @lists)"
+                                    )))
+                                }
+                            }
+                        } else if let Some(j) = input_names.iter().position(|n| n == a) {
+                            ArgRef::Slot(ArgSlot::Input(j))
+                        } else if a == output_name {
+                            ArgRef::Slot(ArgSlot::Output)
+                        } else if let Some(j) = scratch.iter().position(|s| s.name == a) {
+                            used_scratch.insert(j);
+                            ArgRef::Slot(ArgSlot::Scratch(j))
+                        } else {
+                            let scratch_names: Vec<&str> =
+                                scratch.iter().map(|s| s.name.as_str()).collect();
+                            return Err(at(format!(
+                                "unknown argument `{a}`: not an input {input_names:?}, the output `{output_name}`, a [[scratch]] buffer {scratch_names:?}, an argument list @{list_names:?}, or an i32:/i64: expression"
+                            )));
+                        };
+                        refs.push(r);
+                    }
+                    Some(refs)
+                }
+            };
+            launch_args.push(args);
             launches.push(rule);
+        }
+        if let Some((i, s)) = scratch
+            .iter()
+            .enumerate()
+            .find(|(i, _)| !used_scratch.contains(i))
+        {
+            return Err(FamilyError::Invalid {
+                path: path.to_path_buf(),
+                line: array_line(&text, "scratch", i, "name"),
+                message: format!(
+                    "scratch `{}` is declared but no [[launch]] passes it in its args",
+                    s.name
+                ),
+            });
         }
 
         // Template and shared headers.
@@ -400,6 +658,8 @@ impl Family {
             derived,
             constraints,
             launches,
+            launch_args,
+            scratch,
             path: path.to_path_buf(),
             template_name,
             tera,
@@ -426,13 +686,101 @@ impl Family {
     /// The context used to validate a family without a config: each specialization
     /// variable at its default (or first) value, on the default target.
     pub fn probe_context(&self) -> Vars {
+        Self::probe_vars(self.problem)
+    }
+
+    fn probe_vars(problem: &dyn Problem) -> Vars {
         let mut ctx = Target::from_arch(DEFAULT_ARCH)
             .expect("default arch is known")
             .vars();
-        for v in self.problem.spec_vars() {
+        for v in problem.spec_vars() {
             ctx.insert(v.name.to_string(), v.probe_value());
         }
         ctx
+    }
+
+    /// Whether the kernels take their own argument lists or scratch (else each gets the
+    /// problem's ABI).
+    pub fn is_multi_arg(&self) -> bool {
+        !self.scratch.is_empty() || self.launch_args.iter().any(Option::is_some)
+    }
+
+    /// Each kernel's arguments for a genome's variables plus a (complete) shape, in launch
+    /// order; empty when no launch has its own `args` (every kernel gets the ABI).
+    pub fn launch_args(&self, vars: &Vars, shape: &Vars) -> Result<Vec<Vec<ArgSlot>>, String> {
+        if !self.is_multi_arg() {
+            return Ok(Vec::new());
+        }
+        let mut all = vars.clone();
+        all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let scope = evo_core::expr::Scope::from_vars(&all);
+        let lists = self.problem.arg_lists(shape);
+        self.launches
+            .iter()
+            .zip(&self.launch_args)
+            .map(|(rule, args)| {
+                let Some(args) = args else {
+                    return Ok(self.problem.args(shape));
+                };
+                let mut out = Vec::new();
+                for a in args {
+                    let eval = |e: &Expr| {
+                        e.eval_int(&scope)
+                            .map_err(|err| format!("arguments of `{}`: {err}", rule.kernel))
+                    };
+                    match a {
+                        ArgRef::Slot(s) => out.push(*s),
+                        ArgRef::I64(e) => out.push(ArgSlot::I64(eval(e)?)),
+                        ArgRef::I32(e) => {
+                            let v = eval(e)?;
+                            let v = i32::try_from(v).map_err(|_| {
+                                format!(
+                                    "arguments of `{}`: i32:{} = {v} does not fit in 32 bits",
+                                    rule.kernel,
+                                    e.source()
+                                )
+                            })?;
+                            out.push(ArgSlot::I32(v));
+                        }
+                        ArgRef::List(name) => out.extend(
+                            lists
+                                .iter()
+                                .find(|(n, _)| n == name)
+                                .map(|(_, l)| l.clone())
+                                .ok_or_else(|| format!("no argument list `{name}`"))?,
+                        ),
+                    }
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+
+    /// The scratch buffers of a genome on a (complete) shape, in [`ArgSlot::Scratch`] order.
+    pub fn scratch_specs(&self, vars: &Vars, shape: &Vars) -> Result<Vec<TensorSpec>, String> {
+        let mut all = vars.clone();
+        all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let scope = evo_core::expr::Scope::from_vars(&all);
+        self.scratch
+            .iter()
+            .map(|s| {
+                let len = s
+                    .len
+                    .eval_int(&scope)
+                    .map_err(|e| format!("scratch `{}`: {e}", s.name))?;
+                if len < 1 {
+                    return Err(format!(
+                        "scratch `{}`: len = {len}; it must be at least 1",
+                        s.name
+                    ));
+                }
+                Ok(TensorSpec {
+                    name: s.name.clone(),
+                    elem: s.elem.unwrap_or_else(|| dtype(shape)),
+                    len: len as usize,
+                })
+            })
+            .collect()
     }
 
     /// Renders the template over a genome's full variables (context, knobs, derived).

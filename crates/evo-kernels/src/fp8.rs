@@ -11,6 +11,7 @@
 //! `descale = amax / 448`; for `amax == 0`: `inv = 1`, `descale = 1`.
 
 use float8::F8E4M3;
+use rayon::prelude::*;
 
 /// Largest finite e4m3 value.
 pub const E4M3_MAX: f32 = 448.0;
@@ -67,13 +68,19 @@ impl Quantized {
 /// (batch, head) of a contiguous (batch, heads, seq, dim) tensor).
 pub fn quantize(values: &[f32], slice_len: usize) -> Quantized {
     assert!(slice_len > 0 && values.len().is_multiple_of(slice_len));
-    let mut codes = Vec::with_capacity(values.len());
-    let mut descale = Vec::with_capacity(values.len() / slice_len);
-    for slice in values.chunks(slice_len) {
-        let (inv, d) = scales(amax(slice));
-        codes.extend(slice.iter().map(|x| encode(x * inv)));
-        descale.push(d);
-    }
+    // Slices are independent: quantized on all cores (the worker does this per trial).
+    let mut codes = vec![0u8; values.len()];
+    let descale: Vec<f32> = codes
+        .par_chunks_mut(slice_len)
+        .zip(values.par_chunks(slice_len))
+        .map(|(out, slice)| {
+            let (inv, d) = scales(amax(slice));
+            for (c, x) in out.iter_mut().zip(slice) {
+                *c = encode(x * inv);
+            }
+            d
+        })
+        .collect();
     Quantized { codes, descale }
 }
 

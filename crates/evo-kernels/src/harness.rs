@@ -139,6 +139,9 @@ pub enum ArgSlot {
     /// A TMA tensor map over input tensor `input` (a `const __grid_constant__` 128-byte
     /// parameter), encoded by the worker once the input has a device address.
     TensorMap(TensorMapSlot),
+    /// Pointer to scratch buffer `i` of the variant (a family's `[[scratch]]`, in order):
+    /// allocated by the worker, NaN-poisoned before every checked call.
+    Scratch(usize),
 }
 
 /// A tiled tensor map over one input, as a problem or family asks for it. Dimensions run

@@ -5,7 +5,7 @@ use evo_core::{Value, Vars};
 use crate::harness::{
     ArgSlot, EndToEnd, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
 };
-pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8};
+pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8, SdpaFp8E2e};
 
 /// What values a problem variable takes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -105,6 +105,12 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     fn output(&self, shape: &Vars) -> TensorSpec;
     /// The candidate kernel's arguments, in ABI order.
     fn args(&self, shape: &Vars) -> Vec<ArgSlot>;
+    /// Named argument lists a multi-kernel family may splice into a launch's `args`
+    /// (`"@name"`): always `abi` (= [`Problem::args`]), plus what the problem offers
+    /// (e.g. the scalars after the pointers). Only inputs, the output and scalars.
+    fn arg_lists(&self, shape: &Vars) -> Vec<(&'static str, Vec<ArgSlot>)> {
+        vec![("abi", self.args(shape))]
+    }
     /// Seeded inputs of one kind, one tensor per [`Problem::inputs`] entry.
     fn generate(&self, shape: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor>;
     /// The GPU reference kernel for this shape, or `None` if the problem has none yet.
@@ -154,7 +160,7 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
 
 /// Every problem evo knows.
 pub fn problems() -> &'static [&'static dyn Problem] {
-    &[&Gemm, &Sdpa, &SdpaFp8, &Fp8Quantize]
+    &[&Gemm, &Sdpa, &SdpaFp8, &SdpaFp8E2e, &Fp8Quantize]
 }
 
 pub fn problem(name: &str) -> Option<&'static dyn Problem> {

@@ -200,3 +200,245 @@ fn missing_files() {
     assert!(e.contains("toy.cu.tera"), "{e}");
     let _ = Path::new("");
 }
+
+/// The toy family as two kernels: `scale` writes a scratch copy of A, `gemm` reads it.
+fn multi_toml(scale_args: &str, gemm_args: &str, scratch: &str) -> String {
+    let head = GOOD_TOML.split("[launch]").next().unwrap();
+    format!(
+        "{head}{scratch}
+[[launch]]
+kernel = \"scale\"
+args = {scale_args}
+grid = [\"ceil_div(M * K, 256)\"]
+block = [\"256\"]
+
+[[launch]]
+kernel = \"gemm\"
+args = {gemm_args}
+grid = [\"ceil_div(N, TILE)\", \"ceil_div(M, TILE)\"]
+block = [\"THREADS\"]
+shared_bytes = \"TILE * 1024\"
+"
+    )
+}
+
+const SCRATCH: &str = "[[scratch]]
+name = \"a2\"
+elem = \"f32\"
+len = \"M * K + TILE\"
+";
+
+/// 1-based line of the first line of `toml` containing `needle`, after the first `after`.
+fn line_with(toml: &str, needle: &str, after: usize) -> usize {
+    toml.lines()
+        .enumerate()
+        .skip(after)
+        .find(|(_, l)| l.contains(needle))
+        .map(|(i, _)| i + 1)
+        .unwrap()
+}
+
+#[test]
+fn kernels_take_their_own_arguments_and_scratch() {
+    use evo_kernels::harness::{ArgSlot, ElemType};
+    let toml = multi_toml(
+        r#"["a", "a2", "i32:M * K", "i64:M * K * 4"]"#,
+        r#"["a2", "b", "c", "@abi"]"#,
+        SCRATCH,
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    assert!(f.is_multi_arg());
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let shape = evo_kernels::problem("gemm")
+        .unwrap()
+        .complete_shape(
+            &[("M", 100), ("N", 65), ("K", 64)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect(),
+        )
+        .unwrap();
+    let args = f.launch_args(&vars, &shape).unwrap();
+    assert_eq!(
+        args[0],
+        vec![
+            ArgSlot::Input(0),
+            ArgSlot::Scratch(0),
+            ArgSlot::I32(6400),
+            ArgSlot::I64(25600)
+        ]
+    );
+    let abi = evo_kernels::problem("gemm").unwrap().args(&shape);
+    assert_eq!(
+        args[1][..3],
+        [ArgSlot::Scratch(0), ArgSlot::Input(1), ArgSlot::Output]
+    );
+    assert_eq!(args[1][3..], abi[..]);
+    let scratch = f.scratch_specs(&vars, &shape).unwrap();
+    assert_eq!(scratch.len(), 1);
+    assert_eq!(
+        (scratch[0].elem, scratch[0].len),
+        (ElemType::F32, 6400 + 32)
+    );
+    // DTYPE scratch takes the specialization's element type.
+    let toml = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2"]"#,
+        &SCRATCH.replace("\"f32\"", "\"DTYPE\""),
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let mut bf = shape.clone();
+    bf.insert("DTYPE".into(), "bf16".into());
+    assert_eq!(f.scratch_specs(&vars, &bf).unwrap()[0].elem, ElemType::Bf16);
+    // An i32 that does not fit is an error at launch time, naming the kernel.
+    let toml = multi_toml(r#"["a", "a2", "i32:M * K * K * K"]"#, r#"["a2"]"#, SCRATCH);
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let mut big = shape.clone();
+    big.insert("K".into(), 4096.into());
+    let e = f.launch_args(&vars, &big).unwrap_err();
+    assert!(e.contains("`scale`") && e.contains("32 bits"), "{e}");
+}
+
+#[test]
+fn bad_per_launch_arguments_name_file_and_line() {
+    let ok_gemm = r#"["a2", "b", "c", "@abi"]"#;
+    let twice = multi_toml(
+        r#"["a", "a2"]"#,
+        ok_gemm,
+        &format!("{SCRATCH}\n{}", SCRATCH.replace("M * K + TILE", "M")),
+    );
+    let cases: Vec<(String, &str, usize, Vec<&str>)> = vec![
+        // Unknown tensor in the second launch: the line of the second `args`.
+        (
+            multi_toml(r#"["a", "a2"]"#, r#"["a2", "bb", "c"]"#, SCRATCH),
+            "args = [\"a2\", \"bb\"",
+            0,
+            vec![
+                "unknown argument `bb`",
+                "launch rule #2 (`gemm`)",
+                "\"a\", \"b\"",
+                "[\"a2\"]",
+            ],
+        ),
+        (
+            multi_toml(r#"["a", "a2", "@scalars"]"#, ok_gemm, SCRATCH),
+            "args = [\"a\", \"a2\", \"@scalars\"]",
+            0,
+            vec!["no argument list `scalars`", "[\"abi\"]"],
+        ),
+        (
+            multi_toml(r#"["a", "a2", "i32:M * KK"]"#, ok_gemm, SCRATCH),
+            "i32:M * KK",
+            0,
+            vec!["KK", "did you mean `K`"],
+        ),
+        (
+            multi_toml(r#"["a", "a2", "f32:0.5"]"#, ok_gemm, SCRATCH),
+            "f32:0.5",
+            0,
+            vec!["scalar type `f32`"],
+        ),
+        (
+            multi_toml(r#"["a", "a2", "i64:(M"]"#, ok_gemm, SCRATCH),
+            "i64:(M",
+            0,
+            vec!["i64:(M"],
+        ),
+        // Scratch mistakes: the line of the offending key in its [[scratch]] table.
+        (
+            multi_toml(r#"["a"]"#, ok_gemm.replace("a2", "b").as_str(), SCRATCH),
+            "name = \"a2\"",
+            0,
+            vec!["scratch `a2` is declared but no [[launch]] passes it"],
+        ),
+        (
+            multi_toml(
+                r#"["a", "a2"]"#,
+                ok_gemm,
+                &SCRATCH.replace("\"f32\"", "\"f64\""),
+            ),
+            "elem = \"f64\"",
+            0,
+            vec!["scratch `a2`", "elem = \"f64\""],
+        ),
+        (
+            multi_toml(
+                r#"["a", "a2"]"#,
+                ok_gemm,
+                &SCRATCH.replace("M * K + TILE", "M * KX"),
+            ),
+            "M * KX",
+            0,
+            vec!["scratch `a2`, len", "KX"],
+        ),
+        // Declared twice: the line of the second declaration.
+        (
+            twice.clone(),
+            "name = \"a2\"",
+            line_with(&twice, "name = \"a2\"", 0),
+            vec!["scratch `a2`: declared twice"],
+        ),
+    ];
+    for (toml, needle, after, messages) in cases {
+        let line = line_with(&toml, needle, after);
+        let mut want = vec![format!("toy.toml:{line}:")];
+        want.extend(messages.iter().map(|m| m.to_string()));
+        let want: Vec<&str> = want.iter().map(String::as_str).collect();
+        assert_err(load(&toml, GOOD_TEMPLATE), &want);
+    }
+    // A scratch buffer may not shadow a tensor of the problem.
+    let toml = multi_toml(r#"["a", "b"]"#, r#"["b"]"#, &SCRATCH.replace("a2", "b"));
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["scratch `b` has the name of a tensor"],
+    );
+}
+
+#[test]
+fn base_files_lend_every_key_not_set() {
+    let (_dir, root) = tree(GOOD_TOML, GOOD_TEMPLATE);
+    std::fs::create_dir_all(root.join("gemm2")).unwrap();
+    let derived = "base = \"../gemm/toy.toml\"\nname = \"toy2\"\ndescription = \"derived\"\n\n[launch]\nkernel = \"gemm\"\ngrid = [\"1\"]\nblock = [\"THREADS\"]\n";
+    std::fs::write(root.join("gemm2/toy2.toml"), derived).unwrap();
+    let f = Family::load_file(&root.join("gemm2/toy2.toml"), &root).unwrap();
+    assert_eq!(f.name, "toy2");
+    assert_eq!(f.description, "derived");
+    assert_eq!(f.knobs.len(), 3);
+    assert_eq!(f.launches[0].grid[0].source(), "1");
+    // The template comes from the base's folder.
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    assert!(f
+        .render(&space, &g, 0)
+        .unwrap()
+        .contains("constexpr int TILE = 32;"));
+    // One level only; a missing base is a read error naming it.
+    std::fs::write(
+        root.join("gemm2/toy3.toml"),
+        derived
+            .replace("../gemm/toy.toml", "toy2.toml")
+            .replace("toy2\"", "toy3\""),
+    )
+    .unwrap();
+    let e = Family::load_file(&root.join("gemm2/toy3.toml"), &root)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("toy3.toml:1") && e.contains("one level only"),
+        "{e}"
+    );
+    std::fs::write(
+        root.join("gemm2/toy4.toml"),
+        derived.replace("../gemm/toy.toml", "nope.toml"),
+    )
+    .unwrap();
+    let e = Family::load_file(&root.join("gemm2/toy4.toml"), &root)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nope.toml"), "{e}");
+}

@@ -164,6 +164,10 @@ fn every_value_of_every_knob_changes_the_code() {
 }
 
 fn fp8_specs(head_dims: &[i64]) -> Specializations {
+    fp8_problem_specs("sdpa_fwd_fp8", head_dims)
+}
+
+fn fp8_problem_specs(problem_name: &str, head_dims: &[i64]) -> Specializations {
     let mut shapes = Vec::new();
     for &d in head_dims {
         for c in [false, true] {
@@ -185,7 +189,7 @@ fn fp8_specs(head_dims: &[i64]) -> Specializations {
         }
     }
     Specializations::new(
-        problem("sdpa_fwd_fp8").unwrap(),
+        problem(problem_name).unwrap(),
         Target::from_arch("sm_90a").unwrap(),
         &shapes,
     )
@@ -254,6 +258,120 @@ fn every_value_of_every_fp8_sdpa_knob_changes_the_code() {
             knob.name
         );
     }
+}
+
+/// The end-to-end family takes everything but its launches from the FP8 family (`base`):
+/// the same valid genomes render to the same code, so the FP8 family's render and compile
+/// coverage holds for it.
+#[test]
+fn every_valid_fp8_e2e_genome_renders_the_fp8_familys_code() {
+    let fp8 = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_mma").unwrap();
+    let e2e = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
+    assert_eq!(e2e.problem.name(), "sdpa_fwd_fp8_e2e");
+    assert_eq!(e2e.knobs, fp8.knobs);
+    assert_eq!(e2e.constraints, fp8.constraints);
+    assert_eq!(e2e.min_arch, fp8.min_arch);
+    let specs8 = fp8_specs(&[64, 128]);
+    let specs = fp8_problem_specs("sdpa_fwd_fp8_e2e", &[64, 128]);
+    let space8 = fp8.space(specs8.contexts()).unwrap();
+    let space = e2e.space(specs.contexts()).unwrap();
+    let valid: Vec<_> = space.iter_valid().collect();
+    assert_eq!(valid, space8.iter_valid().collect::<Vec<_>>());
+    assert!(valid.len() >= 200, "{}", valid.len());
+    for g in &valid {
+        for spec in 0..specs.specs.len() {
+            let a = e2e.render(&space, g, spec).unwrap();
+            let b = fp8.render(&space8, g, spec).unwrap();
+            assert!(a.starts_with("// evo: family sdpa_fwd_fp8_e2e_mma (problem sdpa_fwd_fp8_e2e)"));
+            assert_eq!(
+                a.split_once('\n').unwrap().1,
+                b.split_once('\n').unwrap().1,
+                "{}",
+                g.canonical()
+            );
+        }
+    }
+}
+
+/// Its launches: the quantizer on q, k and v into scratch, then the attention kernel with
+/// exactly sdpa_fwd_fp8's ABI, the inputs replaced by the scratch buffers; scratch sizes
+/// follow the shape.
+#[test]
+fn fp8_e2e_launches_bind_scratch_to_the_fp8_abi() {
+    use evo_kernels::harness::{ArgSlot, ElemType};
+    let e2e = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
+    let specs = fp8_problem_specs("sdpa_fwd_fp8_e2e", &[64]);
+    let space = e2e.space(specs.contexts()).unwrap();
+    let g = space.iter_valid().next().unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let shape: Vars = [
+        ("BATCH", 3.into()),
+        ("HEADS", 5.into()),
+        ("SEQ_Q", 77.into()),
+        ("SEQ_KV", 1000.into()),
+        ("HEAD_DIM", 64.into()),
+        ("CAUSAL", false.into()),
+        ("DTYPE", "f16".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let scratch = e2e.scratch_specs(&vars, &shape).unwrap();
+    let got: Vec<(&str, ElemType, usize)> = scratch
+        .iter()
+        .map(|t| (t.name.as_str(), t.elem, t.len))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("q8", ElemType::E4m3, 3 * 5 * 77 * 64),
+            ("k8", ElemType::E4m3, 3 * 5 * 1000 * 64),
+            ("v8", ElemType::E4m3, 3 * 5 * 1000 * 64),
+            ("q_descale", ElemType::F32, 15),
+            ("k_descale", ElemType::F32, 15),
+            ("v_descale", ElemType::F32, 15),
+        ]
+    );
+    let args = e2e.launch_args(&vars, &shape).unwrap();
+    let kernels: Vec<&str> = e2e.launches.iter().map(|l| l.kernel.as_str()).collect();
+    assert_eq!(
+        kernels,
+        [
+            "sdpa_fp8_quantize",
+            "sdpa_fp8_quantize",
+            "sdpa_fp8_quantize",
+            "sdpa_fwd_fp8"
+        ]
+    );
+    for (t, seq) in [77i64, 1000, 1000].into_iter().enumerate() {
+        assert_eq!(
+            args[t],
+            vec![
+                ArgSlot::Input(t),
+                ArgSlot::Scratch(t),
+                ArgSlot::Scratch(t + 3),
+                ArgSlot::I64(seq * 64)
+            ]
+        );
+    }
+    let fp8_abi: Vec<ArgSlot> = problem("sdpa_fwd_fp8")
+        .unwrap()
+        .args(&shape)
+        .into_iter()
+        .map(|a| match a {
+            ArgSlot::Input(i) => ArgSlot::Scratch(i),
+            other => other,
+        })
+        .collect();
+    assert_eq!(args[3], fp8_abi);
+    let dims = e2e.launch_dims(&vars, &shape).unwrap();
+    assert_eq!(dims[0].1.grid, [15, 1, 1]);
+    assert_eq!(dims[0].1.block, [256, 1, 1]);
+    // A single-kernel family keeps the ABI for its kernel and has no scratch.
+    let fp8 = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_mma").unwrap();
+    assert!(!fp8.is_multi_arg());
+    assert!(fp8.launch_args(&vars, &shape).unwrap().is_empty());
+    assert!(fp8.scratch_specs(&vars, &shape).unwrap().is_empty());
 }
 
 /// The Hopper family (sm_90a only): every valid genome renders for every specialization

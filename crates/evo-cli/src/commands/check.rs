@@ -155,6 +155,8 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
                 vars: vars.clone(),
                 launches: vec![dims],
                 timed: *timed,
+                args: vec![],
+                scratch: vec![],
             });
         }
         let candidate = Candidate {

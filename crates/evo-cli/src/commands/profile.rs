@@ -232,7 +232,16 @@ pub fn run_once(
     }
     let out_spec = problem.output(&shape);
     let out = g.alloc(out_spec.len * out_spec.elem.size())?;
-    let args = evo_eval::worker::bind_args(&problem.args(&shape), &bufs, out.ptr())?;
+    let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
+    let args = evo_eval::worker::bind_args(
+        &problem.args(&shape),
+        &evo_eval::worker::CallPointers {
+            inputs: &ptrs,
+            output: out.ptr(),
+            scratch: &[],
+        },
+    )
+    .map_err(|e| anyhow!(e))?;
     g.launch(&f, &dims, &args)?;
     g.synchronize()?;
     Ok(ExitCode::SUCCESS)

@@ -141,7 +141,16 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
                     gpu.upload(b, &t.bytes)?;
                 }
                 let out = gpu.alloc(p.output(s).len * 4)?;
-                let args = evo_eval::worker::bind_args(&r.args, &bufs, out.ptr())?;
+                let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
+                let args = evo_eval::worker::bind_args(
+                    &r.args,
+                    &evo_eval::worker::CallPointers {
+                        inputs: &ptrs,
+                        output: out.ptr(),
+                        scratch: &[],
+                    },
+                )
+                .map_err(|e| anyhow::anyhow!(e))?;
                 gpu.launch(&f, &r.launch, &args)?;
                 gpu.synchronize()?;
                 let got: Vec<f64> = gpu
@@ -327,6 +336,8 @@ fn isolation(
                     vars: shape.clone(),
                     launches: vec![rule.eval(&shape)?],
                     timed: false,
+                    args: vec![],
+                    scratch: vec![],
                 }],
             };
             let compiled = evaluator.compile(&c)?;

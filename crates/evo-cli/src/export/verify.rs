@@ -163,6 +163,8 @@ fn prepare(
             vars: shape.clone(),
             launches: vec![dims],
             timed: *timed,
+            args: vec![],
+            scratch: vec![],
         });
     }
     Ok(Prepared {

@@ -164,9 +164,15 @@ impl Backend {
                         .await
                         .expect("semaphore open");
                     let (ev, c2) = (b.evaluator.clone(), c.clone());
-                    let compiled = tokio::task::spawn_blocking(move || ev.compile(&c2))
-                        .await
-                        .expect("compile task");
+                    // Compile and read the SASS before taking a GPU slot: on an H200 the
+                    // cuobjdump run inside the slot left the GPU idle half the time.
+                    let (compiled, sass) = tokio::task::spawn_blocking(move || {
+                        let compiled = ev.compile(&c2);
+                        let sass = compiled.as_ref().ok().and_then(|c| ev.sass_of(c));
+                        (compiled, sass)
+                    })
+                    .await
+                    .expect("compile task");
                     drop(permit);
                     let v = match compiled {
                         Ok(compiled) => {
@@ -175,7 +181,7 @@ impl Backend {
                                 return None;
                             }
                             b.evaluator
-                                .evaluate(c, compiled, id * 16 + i as u64, b.salt)
+                                .evaluate_with_sass(c, compiled, sass, id * 16 + i as u64, b.salt)
                                 .await
                         }
                         Err(e) => Verdict {

@@ -5,11 +5,13 @@ mod fp8_quantize;
 mod gemm;
 mod sdpa;
 mod sdpa_fp8;
+mod sdpa_fp8_e2e;
 
 pub use fp8_quantize::Fp8Quantize;
 pub use gemm::Gemm;
 pub use sdpa::Sdpa;
 pub use sdpa_fp8::SdpaFp8;
+pub use sdpa_fp8_e2e::SdpaFp8E2e;
 
 /// Element types the fp16/bf16 problems are specialized for.
 pub(crate) const DTYPES: &[&str] = &["f16", "bf16"];

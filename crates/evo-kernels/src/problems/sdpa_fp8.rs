@@ -22,7 +22,7 @@ use super::sdpa::{attention_f64, Dims};
 use super::Sdpa;
 use crate::fp8;
 use crate::harness::{
-    dtype, normal, one_hot_rows, rng, ArgSlot, ElemType, EndToEnd, HostTensor, InputKind,
+    dtype, normal_values, one_hot_rows, rng, ArgSlot, ElemType, EndToEnd, HostTensor, InputKind,
     ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl};
@@ -49,10 +49,10 @@ impl SdpaFp8 {
                 let len = d.batch * d.heads * slice;
                 let mut r = rng(seed, t);
                 let values: Vec<f32> = match kind {
-                    InputKind::Random => normal(&mut r, len, 1.0),
+                    InputKind::Random => normal_values(seed, t, len, 1.0),
                     // Even heads all zero, odd heads normal.
                     InputKind::Zeros => {
-                        let mut v = normal(&mut r, len, 1.0);
+                        let mut v = normal_values(seed, t, len, 1.0);
                         for (i, x) in v.iter_mut().enumerate() {
                             if ((i / slice) % d.heads).is_multiple_of(2) {
                                 *x = 0.0;
@@ -61,7 +61,7 @@ impl SdpaFp8 {
                         v
                     }
                     InputKind::Large => {
-                        let mut v = normal(&mut r, len, 1.0);
+                        let mut v = normal_values(seed, t, len, 1.0);
                         for (i, x) in v.iter_mut().enumerate() {
                             let h = (i / slice) % d.heads % 4;
                             if t == 2 && h == 3 {

@@ -1,0 +1,322 @@
+//! On a GPU: a variant made of several kernels, each with its own arguments and a scratch
+//! buffer between them, through the worker (`evo_eval::worker::serve`, the code behind
+//! `evo worker`). A gemm computed in two steps (kernel 1: scratch = 2·A in float32;
+//! kernel 2: C = (scratch / 2)·Bᵀ) must pass every correctness check; the same variant
+//! whose first kernel writes only half of the scratch must be rejected (the second kernel
+//! reads the NaN poison); a third kernel that spins for a fixed number of cycles must add
+//! its time to the variant's (the timing graph holds the whole sequence).
+//! Skips (with the reason printed) where there is no GPU.
+
+use std::io::Cursor;
+
+use evo_core::{LaunchDims, Target, Vars};
+use evo_eval::protocol::{
+    CorrectnessPlan, Cubin, Job, JobResult, Request, Response, ShapeJob, TimingPlan,
+};
+use evo_eval::Status;
+use evo_gpu::{device, CompileRequest, Compiler};
+use evo_kernels::harness::{ArgSlot, ElemType, TensorSpec};
+
+const SOURCE: &str = r#"
+#include <cuda_fp16.h>
+extern "C" __global__ void twice(const __half* a, float* s, int n, int written) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < written; i += gridDim.x * blockDim.x)
+        s[i] = 2.0f * __half2float(a[i]);
+}
+extern "C" __global__ void gemm_from_scratch(const float* s, const __half* b, __half* c,
+        int M, int N, int K, int lda, int ldb, int ldc) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+    if (n >= N || m >= M) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += 0.5f * s[m * lda + k] * __half2float(b[n * ldb + k]);
+    c[m * ldc + n] = __float2half(acc);
+}
+extern "C" __global__ void spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
+"#;
+
+fn arch() -> Option<String> {
+    match device::probe() {
+        Ok(info) if !info.devices.is_empty() => {
+            let d = &info.devices[0];
+            Some(Target::arch_for_capability(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ))
+        }
+        Ok(_) => {
+            println!("skipping: the driver sees no GPU");
+            None
+        }
+        Err(e) => {
+            println!("skipping: no GPU ({e})");
+            None
+        }
+    }
+}
+
+fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64>) -> Job {
+    let (m, n, k) = (77i64, 130i64, 264i64);
+    let dims = |grid: [u32; 3], block: u32| LaunchDims {
+        grid,
+        block: [block, 1, 1],
+        shared_bytes: 0,
+    };
+    let written = if written_half { m * k / 2 } else { m * k };
+    let mut kernels = vec!["twice".to_string(), "gemm_from_scratch".to_string()];
+    let mut launches = vec![
+        dims([8, 1, 1], 256),
+        dims([(n as u32).div_ceil(128), m as u32, 1], 128),
+    ];
+    let gemm = evo_kernels::problem("gemm").unwrap();
+    let mut abi = gemm.args(shape);
+    abi[0] = ArgSlot::Scratch(0);
+    let mut args = vec![
+        vec![
+            ArgSlot::Input(0),
+            ArgSlot::Scratch(0),
+            ArgSlot::I32((m * k) as i32),
+            ArgSlot::I32(written as i32),
+        ],
+        abi,
+    ];
+    if let Some(cycles) = spin {
+        kernels.push("spin".into());
+        launches.push(dims([1, 1, 1], 32));
+        args.push(vec![ArgSlot::I64(cycles)]);
+    }
+    Job {
+        id,
+        problem: "gemm".into(),
+        label: format!("two-step gemm {id}"),
+        cubin: Cubin(cubin.to_vec()),
+        kernels,
+        shapes: vec![ShapeJob {
+            vars: shape.clone(),
+            launches,
+            timed: true,
+            args,
+            scratch: vec![TensorSpec {
+                name: "a2".into(),
+                elem: ElemType::F32,
+                len: (m * k) as usize,
+            }],
+        }],
+        correctness: CorrectnessPlan {
+            seeds: vec![11, 12],
+            adversarial: true,
+            repeat_check: true,
+            guard_bytes: 4096,
+            tolerance: vec![],
+            end_to_end: None,
+        },
+        timing: Some(TimingPlan {
+            warmup_ms: 5.0,
+            budget_ms: 500.0,
+            ..TimingPlan::default()
+        }),
+    }
+}
+
+#[test]
+fn a_two_kernel_variant_with_scratch_through_the_worker() {
+    let Some(arch) = arch() else { return };
+    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "two_step.cu".into(),
+            source: SOURCE.into(),
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let cubin = compiled.cubin.unwrap();
+    let shape = evo_kernels::problem("gemm")
+        .unwrap()
+        .complete_shape(
+            &[("M", 77), ("N", 130), ("K", 264)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect(),
+        )
+        .unwrap();
+    let spin_cycles = 200_000; // about 100 µs at 2 GHz
+    let jobs = [
+        job(1, &cubin, &shape, false, None),
+        job(2, &cubin, &shape, true, None),
+        job(3, &cubin, &shape, false, Some(spin_cycles)),
+    ];
+    let mut input = String::new();
+    for j in &jobs {
+        input.push_str(&serde_json::to_string(&Request::Evaluate(Box::new(j.clone()))).unwrap());
+        input.push('\n');
+    }
+    input.push_str(&serde_json::to_string(&Request::Shutdown).unwrap());
+    input.push('\n');
+    let mut output = Vec::new();
+    evo_eval::worker::serve(0, Cursor::new(input), &mut output).unwrap();
+    let results: Vec<JobResult> = String::from_utf8(output)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match serde_json::from_str::<Response>(l).unwrap() {
+            Response::Result(r) => Some(*r),
+            Response::Ready { .. } => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 3);
+    for r in &results {
+        println!("job {}: {:?} {}", r.id, r.status, r.detail);
+    }
+    // Correct in two steps: every check passed and the whole call was timed.
+    let ok = &results[0];
+    assert_eq!(ok.status, Status::Evaluated, "{}", ok.detail);
+    assert_eq!(ok.kernels.len(), 2);
+    let t = ok.shapes[0].timing.as_ref().expect("timed");
+    assert!(t.median_us > 0.0);
+    // The second kernel read scratch the first never wrote: the NaN poison shows.
+    let planted = &results[1];
+    assert_eq!(planted.status, Status::Incorrect, "{}", planted.detail);
+    assert!(planted.detail.contains("not finite"), "{}", planted.detail);
+    // A third kernel's time is part of the variant's time.
+    let with_spin = &results[2];
+    assert_eq!(with_spin.status, Status::Evaluated, "{}", with_spin.detail);
+    let t3 = with_spin.shapes[0].timing.as_ref().expect("timed");
+    println!(
+        "two kernels {:.2} us, with a {spin_cycles}-cycle spin {:.2} us",
+        t.median_us, t3.median_us
+    );
+    assert!(
+        t3.median_us > t.median_us + 20.0,
+        "spin kernel not in the timed sequence: {} vs {} us",
+        t3.median_us,
+        t.median_us
+    );
+}
+
+/// The shipped end-to-end FP8 family through the worker on a small ragged shape: correct
+/// in launch order (the error is against attention on the fp16 inputs); with the attention
+/// kernel moved first it reads e4m3 codes and descales no quantizer has written yet, and
+/// the NaN poison rejects it.
+#[test]
+fn fp8_end_to_end_family_through_the_worker() {
+    let Some(arch) = arch() else { return };
+    if !arch.starts_with("sm_9") && !arch.starts_with("sm_10") && !arch.starts_with("sm_89") {
+        println!("skipping: {arch} has no e4m3 mma.sync");
+        return;
+    }
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = std::path::PathBuf::from(manifest).join("../../templates");
+    let family =
+        evo_kernels::Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
+    let p = evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap();
+    let shape = p
+        .complete_shape(
+            &[
+                ("BATCH", 2),
+                ("HEADS", 4),
+                ("SEQ_Q", 77),
+                ("SEQ_KV", 200),
+                ("HEAD_DIM", 64),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect(),
+        )
+        .unwrap();
+    let specs = evo_kernels::Specializations::new(
+        p,
+        Target::from_arch(&arch).unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let genome = evo_core::Genome::parse(
+        "BLOCK_M=64,BLOCK_N=32,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,V_LAYOUT=transpose,WARP_SPEC=off",
+    )
+    .unwrap();
+    let c =
+        &evo_eval::pipeline::family_candidates(&family, &space, &specs, &genome, &[]).unwrap()[0];
+    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "e2e.cu".into(),
+            source: c.source.clone(),
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let s = &c.shapes[0];
+    let make = |id: u64, order: &[usize]| Job {
+        id,
+        problem: p.name().into(),
+        label: format!("e2e order {order:?}"),
+        cubin: Cubin(compiled.cubin.clone().unwrap()),
+        kernels: order.iter().map(|&i| c.kernels[i].clone()).collect(),
+        shapes: vec![ShapeJob {
+            vars: s.vars.clone(),
+            launches: order.iter().map(|&i| s.launches[i]).collect(),
+            timed: true,
+            args: order.iter().map(|&i| s.args[i].clone()).collect(),
+            scratch: s.scratch.clone(),
+        }],
+        correctness: CorrectnessPlan {
+            seeds: vec![5],
+            adversarial: true,
+            repeat_check: true,
+            guard_bytes: 4096,
+            tolerance: vec![],
+            end_to_end: None,
+        },
+        timing: Some(TimingPlan {
+            warmup_ms: 5.0,
+            budget_ms: 500.0,
+            ..TimingPlan::default()
+        }),
+    };
+    let jobs = [make(1, &[0, 1, 2, 3]), make(2, &[3, 0, 1, 2])];
+    let mut input = String::new();
+    for j in &jobs {
+        input.push_str(&serde_json::to_string(&Request::Evaluate(Box::new(j.clone()))).unwrap());
+        input.push('\n');
+    }
+    let mut output = Vec::new();
+    evo_eval::worker::serve(0, Cursor::new(input), &mut output).unwrap();
+    let results: Vec<JobResult> = String::from_utf8(output)
+        .unwrap()
+        .lines()
+        .filter_map(|l| match serde_json::from_str::<Response>(l).unwrap() {
+            Response::Result(r) => Some(*r),
+            Response::Ready { .. } => None,
+        })
+        .collect();
+    for r in &results {
+        println!("job {}: {:?} {}", r.id, r.status, r.detail);
+    }
+    assert_eq!(
+        results[0].status,
+        Status::Evaluated,
+        "{}",
+        results[0].detail
+    );
+    // Four launches, two kernels: one report each.
+    let names: Vec<&str> = results[0].kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["sdpa_fp8_quantize", "sdpa_fwd_fp8"]);
+    let worst = results[0].shapes[0].worst().unwrap().rel_l2;
+    println!(
+        "end-to-end rel L2 {worst:.3e}, time {:.2} us",
+        results[0].shapes[0].timing.as_ref().unwrap().median_us
+    );
+    assert!(worst > 1e-3 && worst < 0.25, "{worst}");
+    assert_eq!(
+        results[1].status,
+        Status::Incorrect,
+        "{}",
+        results[1].detail
+    );
+    assert!(
+        results[1].detail.contains("not finite"),
+        "{}",
+        results[1].detail
+    );
+}

@@ -1,0 +1,76 @@
+//! Without a GPU: the shipped multi-kernel family (sdpa_fwd_fp8_e2e_mma) compiles with
+//! NVRTC, and its per-launch argument lists match the parameters of the kernels they launch
+//! in the PTX (the check the evaluator runs before any launch); a list with an argument
+//! missing or of the wrong width is rejected with the kernel named.
+
+use std::path::PathBuf;
+
+use evo_core::{Target, Vars};
+use evo_eval::static_gate::{check_arguments, ptx_params};
+use evo_gpu::{CompileRequest, Compiler};
+use evo_kernels::harness::ArgSlot;
+use evo_kernels::{problem, Family, Specializations};
+
+#[test]
+fn fp8_e2e_argument_lists_match_the_ptx() {
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = PathBuf::from(manifest).join("../../templates");
+    let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
+    let shape: Vars = [
+        ("BATCH", 2.into()),
+        ("HEADS", 3.into()),
+        ("SEQ_Q", 77.into()),
+        ("SEQ_KV", 100.into()),
+        ("HEAD_DIM", 64.into()),
+        ("CAUSAL", true.into()),
+        ("DTYPE", "bf16".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let p = problem("sdpa_fwd_fp8_e2e").unwrap();
+    let shape = p.complete_shape(&shape).unwrap();
+    let specs = Specializations::new(
+        p,
+        Target::from_arch("sm_90a").unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let genome = space.iter_valid().next().unwrap();
+    let source = family.render(&space, &genome, 0).unwrap();
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
+        .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "e2e.cu".into(),
+            source,
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let params = ptx_params(compiled.ptx.as_deref().unwrap());
+    assert_eq!(params["sdpa_fp8_quantize"].len(), 4);
+    assert_eq!(params["sdpa_fwd_fp8"].len(), 24);
+    let vars = space.vars(&genome, 0).unwrap();
+    let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
+    let args = family.launch_args(&vars, &shape).unwrap();
+    check_arguments(&params, &kernels, &args).unwrap();
+    // One argument short on the attention kernel.
+    let mut short = args.clone();
+    short[3].pop();
+    let e = check_arguments(&params, &kernels, &short).unwrap_err();
+    assert!(
+        e.contains("launch 4 (`sdpa_fwd_fp8`)") && e.contains("takes 24"),
+        "{e}"
+    );
+    // A 32-bit length where the quantizer takes a long long.
+    let mut narrow = args.clone();
+    narrow[1][3] = ArgSlot::I32(7);
+    let e = check_arguments(&params, &kernels, &narrow).unwrap_err();
+    assert!(e.contains("launch 2 (`sdpa_fp8_quantize`)"), "{e}");
+    // The softmax scale must be a float where the kernel takes one.
+    let mut int_scale = args;
+    *int_scale[3].last_mut().unwrap() = ArgSlot::I32(1);
+    assert!(check_arguments(&params, &kernels, &int_scale).is_err());
+}

@@ -1,0 +1,159 @@
+//! FP8 attention end to end, the problem `sdpa_fwd_fp8_e2e`: fp16/bf16 q, k, v in, O out,
+//! computed through e4m3. A separate problem (not a mode of `sdpa_fwd_fp8`) because
+//! everything the gates see differs: the inputs are the original DTYPE tensors (those of
+//! `sdpa_fwd_fp8`'s trials before host quantization, same adversarial heads), the
+//! reference is attention on them (the fp16 problem's GPU reference, float64 on the CPU),
+//! and the tolerance is `sdpa_fwd_fp8`'s end-to-end bound.
+//!
+//! Its ABI is `sdpa_fwd`'s, so a fused kernel could implement it alone; the family
+//! `sdpa_fwd_fp8_e2e_mma` implements it as several kernels instead (`[[launch]]` with their
+//! own `args` and `[[scratch]]` buffers): the family's quantizer three times (q, k, v into
+//! e4m3 scratch plus descales), then the FP8 attention kernel on the scratch. The timing
+//! gate times that whole sequence: the end-to-end time from fp16.
+
+use evo_core::Vars;
+
+use super::sdpa::{attention_f64, Dims};
+use super::{Sdpa, SdpaFp8};
+use crate::harness::{
+    dtype, ArgSlot, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
+};
+use crate::problem::{Problem, VarDecl};
+
+/// Attention from fp16/bf16 inputs through FP8, judged against the original inputs.
+#[derive(Debug)]
+pub struct SdpaFp8E2e;
+
+impl Problem for SdpaFp8E2e {
+    fn name(&self) -> &'static str {
+        "sdpa_fwd_fp8_e2e"
+    }
+
+    fn entry(&self) -> &'static str {
+        "sdpa_fwd_fp8"
+    }
+
+    fn abi(&self) -> &'static str {
+        "The ABI of sdpa_fwd (T* q, k, v in DTYPE, T* o, then the sizes, strides and softmax scale), computed\n\
+         through FP8 e4m3 and judged against attention on these inputs with sdpa_fwd_fp8's end-to-end bound.\n\
+         Argument lists for multi-kernel families (`@name` in a [[launch]]'s args): `abi` (all of it) and\n\
+         `sdpa_scalars` (everything after the four pointers: batch, heads, seq_q, seq_kv, the 12 strides,\n\
+         softmax_scale), which is also the tail of sdpa_fwd_fp8's ABI after its three descale pointers."
+    }
+
+    fn spec_vars(&self) -> &'static [VarDecl] {
+        Sdpa.spec_vars()
+    }
+
+    fn shape_vars(&self) -> &'static [VarDecl] {
+        Sdpa.shape_vars()
+    }
+
+    fn flops(&self, s: &Vars) -> f64 {
+        Sdpa.flops(s)
+    }
+
+    fn min_bytes(&self, s: &Vars) -> f64 {
+        Sdpa.min_bytes(s)
+    }
+
+    fn inputs(&self, s: &Vars) -> Vec<TensorSpec> {
+        Sdpa.inputs(s)
+    }
+
+    fn output(&self, s: &Vars) -> TensorSpec {
+        Sdpa.output(s)
+    }
+
+    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
+        Sdpa.args(s)
+    }
+
+    fn arg_lists(&self, s: &Vars) -> Vec<(&'static str, Vec<ArgSlot>)> {
+        let abi = self.args(s);
+        let scalars = abi[4..].to_vec();
+        vec![("abi", abi), ("sdpa_scalars", scalars)]
+    }
+
+    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+        let elem = dtype(s);
+        SdpaFp8
+            .originals(s, kind, seed)
+            .iter()
+            .map(|v| HostTensor::from_f32(elem, v))
+            .collect()
+    }
+
+    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
+        Sdpa.reference(s)
+    }
+
+    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
+        let d = Dims::of(s);
+        attention_f64(
+            &d,
+            &inputs[0].to_f64(),
+            &inputs[1].to_f64(),
+            &inputs[2].to_f64(),
+        )
+    }
+
+    fn tolerance(&self, s: &Vars) -> Tolerance {
+        // The FP8 path's end-to-end bound, the same as sdpa_fwd_fp8's second reference.
+        SdpaFp8
+            .end_to_end(s, InputKind::Random, 0)
+            .map(|e| e.tolerance)
+            .expect("sdpa_fwd_fp8 has an end-to-end bound")
+    }
+
+    fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars> {
+        Sdpa.edge_shapes(shapes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evo_core::Value;
+
+    fn shape() -> Vars {
+        let mut v = Vars::new();
+        for (k, x) in [
+            ("BATCH", 2),
+            ("HEADS", 4),
+            ("SEQ_Q", 5),
+            ("SEQ_KV", 7),
+            ("HEAD_DIM", 64),
+        ] {
+            v.insert(k.into(), Value::Int(x));
+        }
+        SdpaFp8E2e.complete_shape(&v).unwrap()
+    }
+
+    #[test]
+    fn inputs_are_the_fp8_problems_originals_and_the_bound_is_its_end_to_end_one() {
+        let s = shape();
+        for kind in [InputKind::Random, InputKind::Zeros, InputKind::Large] {
+            let e2e = SdpaFp8.end_to_end(&s, kind, 5).unwrap();
+            assert_eq!(SdpaFp8E2e.generate(&s, kind, 5), e2e.inputs, "{kind:?}");
+            assert_eq!(SdpaFp8E2e.tolerance(&s), e2e.tolerance);
+            assert_eq!(SdpaFp8E2e.reference(&s), Some(e2e.reference));
+        }
+        // The exact answer is attention on the inputs as given (fp16 ones, not codes).
+        let t = SdpaFp8E2e.generate(&s, InputKind::Random, 1);
+        assert_eq!(SdpaFp8E2e.cpu_reference(&s, &t), Sdpa.cpu_reference(&s, &t));
+    }
+
+    #[test]
+    fn scalar_list_is_the_tail_of_both_abis() {
+        let s = shape();
+        let lists = SdpaFp8E2e.arg_lists(&s);
+        let scalars = &lists.iter().find(|(n, _)| *n == "sdpa_scalars").unwrap().1;
+        let fp8 = SdpaFp8.args(&s);
+        assert_eq!(scalars[..], fp8[7..]);
+        assert!(scalars
+            .iter()
+            .all(|a| !matches!(a, ArgSlot::Input(_) | ArgSlot::Output)));
+        assert_eq!(lists[0].1, SdpaFp8E2e.args(&s));
+    }
+}
