@@ -115,6 +115,15 @@ pub enum ArgRef {
     I64(Expr),
     /// A named argument list of the problem ([`Problem::arg_lists`]).
     List(String),
+    /// `tmap:INPUT:DIMS:BOX:SWIZZLE`: a TMA tensor map over input `input` viewed as a
+    /// contiguous tensor of `dims` (innermost first, `;`-separated expressions), read in
+    /// `boxes` boxes, shared-memory swizzle `swizzle` bytes (0, 32, 64, 128).
+    TensorMap {
+        input: usize,
+        dims: Vec<Expr>,
+        boxes: Vec<Expr>,
+        swizzle: u32,
+    },
 }
 
 /// A scratch buffer of a variant: `len` elements of `elem` (`None`: the DTYPE of the
@@ -581,6 +590,55 @@ impl Family {
                                 )));
                             }
                             ArgRef::List(name.to_string())
+                        } else if let Some(spec) = a.strip_prefix("tmap:") {
+                            let parts: Vec<&str> = spec.split(':').collect();
+                            let [input, dims, boxes, swizzle] = parts[..] else {
+                                return Err(at(format!(
+                                    "`{a}`: write tmap:INPUT:DIM0;DIM1;...:BOX0;BOX1;...:SWIZZLE (dimensions innermost first)"
+                                )));
+                            };
+                            let Some(j) = input_names.iter().position(|n| n == input.trim()) else {
+                                return Err(at(format!(
+                                    "`{a}`: `{input}` is not an input {input_names:?}"
+                                )));
+                            };
+                            let exprs = |list: &str| -> Result<Vec<Expr>, FamilyError> {
+                                list.split(';')
+                                    .map(|e| {
+                                        let x = Expr::parse(e.trim())
+                                            .map_err(|err| at(format!("`{a}`: {err}")))?;
+                                        check_expr_names(
+                                            &format!("argument `{a}`"),
+                                            &x,
+                                            &launch_names,
+                                        )
+                                        .map_err(|err| at(err.to_string()))?;
+                                        Ok(x)
+                                    })
+                                    .collect()
+                            };
+                            let (dims, boxes) = (exprs(dims)?, exprs(boxes)?);
+                            if !(1..=5).contains(&dims.len()) || dims.len() != boxes.len() {
+                                return Err(at(format!(
+                                    "`{a}`: {} dimensions and {} box sizes; a tensor map has 1 to 5 of each, as many boxes as dimensions",
+                                    dims.len(),
+                                    boxes.len()
+                                )));
+                            }
+                            let swizzle = match swizzle.trim().parse::<u32>() {
+                                Ok(v @ (0 | 32 | 64 | 128)) => v,
+                                _ => {
+                                    return Err(at(format!(
+                                        "`{a}`: swizzle `{swizzle}` is not 0, 32, 64 or 128"
+                                    )))
+                                }
+                            };
+                            ArgRef::TensorMap {
+                                input: j,
+                                dims,
+                                boxes,
+                                swizzle,
+                            }
                         } else if let Some((ty, src)) = a.split_once(':') {
                             let expr = Expr::parse(src).map_err(|e| at(format!("`{a}`: {e}")))?;
                             check_expr_names(&format!("argument `{a}`"), &expr, &launch_names)
@@ -742,6 +800,22 @@ impl Family {
                             })?;
                             out.push(ArgSlot::I32(v));
                         }
+                        ArgRef::TensorMap {
+                            input,
+                            dims,
+                            boxes,
+                            swizzle,
+                        } => {
+                            let elem = self
+                                .problem
+                                .inputs(shape)
+                                .get(*input)
+                                .map(|t| t.elem)
+                                .ok_or_else(|| format!("no input {input}"))?;
+                            out.push(ArgSlot::TensorMap(tensor_map_slot(
+                                *input, elem, dims, boxes, *swizzle, &eval,
+                            )?));
+                        }
                         ArgRef::List(name) => out.extend(
                             lists
                                 .iter()
@@ -890,4 +964,37 @@ impl Family {
         }
         Ok(())
     }
+}
+
+/// A tensor-map slot over a contiguous tensor: byte strides from the dimensions and the
+/// element size; each dimension and box evaluated by `eval`.
+fn tensor_map_slot(
+    input: usize,
+    elem: crate::harness::ElemType,
+    dims: &[Expr],
+    boxes: &[Expr],
+    swizzle: u32,
+    eval: &dyn Fn(&Expr) -> Result<i64, String>,
+) -> Result<crate::harness::TensorMapSlot, String> {
+    let mut slot = crate::harness::TensorMapSlot {
+        input,
+        elem,
+        rank: dims.len() as u8,
+        dims: [1; 5],
+        strides_bytes: [0; 4],
+        box_dims: [1; 5],
+        swizzle_bytes: swizzle,
+    };
+    let mut stride = elem.size() as u64;
+    for (i, (d, b)) in dims.iter().zip(boxes).enumerate() {
+        let d = u64::try_from(eval(d)?).map_err(|_| format!("tensor map dimension {i} < 0"))?;
+        let b = u32::try_from(eval(b)?).map_err(|_| format!("tensor map box {i} out of range"))?;
+        slot.dims[i] = d;
+        slot.box_dims[i] = b;
+        if i > 0 {
+            slot.strides_bytes[i - 1] = stride;
+        }
+        stride *= d;
+    }
+    Ok(slot)
 }

@@ -442,3 +442,59 @@ fn base_files_lend_every_key_not_set() {
         .to_string();
     assert!(e.contains("nope.toml"), "{e}");
 }
+
+/// `tmap:INPUT:DIMS:BOX:SWIZZLE` in a launch's `args` becomes a tensor-map slot over the
+/// input with contiguous byte strides and the input's element type; malformed ones are
+/// refused at load time.
+#[test]
+fn tensor_map_arguments() {
+    use evo_kernels::harness::{ArgSlot, TensorMapSlot};
+    let toml = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128"]"#,
+        SCRATCH,
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let problem = evo_kernels::problem("gemm").unwrap();
+    let shape = problem
+        .complete_shape(
+            &[("M", 100), ("N", 65), ("K", 64)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect(),
+        )
+        .unwrap();
+    let elem = problem.inputs(&shape)[1].elem;
+    let args = f.launch_args(&vars, &shape).unwrap();
+    assert_eq!(
+        *args[1].last().unwrap(),
+        ArgSlot::TensorMap(TensorMapSlot {
+            input: 1,
+            elem,
+            rank: 2,
+            dims: [64, 65, 1, 1, 1],
+            strides_bytes: [64 * elem.size() as u64, 0, 0, 0],
+            box_dims: [64, 32, 1, 1, 1],
+            swizzle_bytes: 128,
+        })
+    );
+    for (bad, needle) in [
+        ("tmap:bb:K;N:64;TILE:128", "is not an input"),
+        ("tmap:b:K;N:64:128", "1 to 5 of each"),
+        ("tmap:b:K;N:64;TILE:48", "swizzle `48`"),
+        ("tmap:b:K;N:64;TILE", "write tmap:INPUT"),
+        ("tmap:b:K;NN:64;TILE:128", "NN"),
+    ] {
+        let toml = multi_toml(
+            r#"["a", "a2"]"#,
+            &format!(r#"["a2", "b", "c", "@abi", "{bad}"]"#),
+            SCRATCH,
+        );
+        let e = load(&toml, GOOD_TEMPLATE).unwrap_err();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+}
