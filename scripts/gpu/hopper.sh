@@ -8,9 +8,9 @@
 #     shared x shared (K-major, the S = Q K^T form) and registers x shared (N-major B, the
 #     O += P V form) exact against the CPU on 64x128x128. Expect "4 passed" and the two
 #     "TMA box: ..." / "wgmma: ..." lines; a failure prints the first misplaced elements.
-#  2. evo eval --cover of sdpa_fwd_wgmma (every knob value, incl. WARP_SPEC on/off and
-#     SETMAXNREG: 3 genomes) through every gate on the default and edge shapes: non-causal
-#     with timing, then causal correctness only. Expect every genome "evaluated" (static gate
+#  2. evo eval --cover of sdpa_fwd_wgmma (every knob value, incl. WARP_SPEC, SETMAXNREG and
+#     LOADER=tma: the worker encodes the family's q/k/v tensor maps) through every gate on
+#     the default and edge shapes: non-causal with timing, then causal correctness only. Expect every genome "evaluated" (static gate
 #     sees HGMMA; correctness on ragged seq_q/seq_kv) and times per shape.
 #  3. the sdpa_fwd_mma covering eval on the same shapes is NOT rerun here: compare with
 #     scripts/gpu/sdpa.sh output of an earlier session.

@@ -48,3 +48,79 @@ fn slot_rules_are_checked_on_the_host() {
         TensorMapError::Swizzle(48)
     );
 }
+
+/// sdpa_fwd_wgmma's launch: the sdpa_fwd ABI plus tensor maps over q, k, v. Its argument
+/// list matches the compiled kernel's PTX parameters (three 128-byte by-value maps), and
+/// every map passes the driver's rules on the default and a ragged shape, for both head dims
+/// and every BLOCK_M / BLOCK_N box.
+#[test]
+fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
+    use evo_core::{Target, Vars};
+    use evo_eval::static_gate::{check_arguments, ptx_params};
+    use evo_gpu::{CompileRequest, Compiler};
+    use evo_kernels::harness::ArgSlot;
+    use evo_kernels::{problem, Family, Specializations};
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = std::path::PathBuf::from(manifest).join("../../templates");
+    let family = Family::load(&templates, "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();
+    let p = problem("sdpa_fwd").unwrap();
+    let shape = |d: i64, sq: i64, skv: i64| -> Vars {
+        let v: Vars = [
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", sq.into()),
+            ("SEQ_KV", skv.into()),
+            ("HEAD_DIM", d.into()),
+            ("CAUSAL", true.into()),
+            ("DTYPE", "bf16".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        p.complete_shape(&v).unwrap()
+    };
+    let shapes = vec![shape(64, 77, 130), shape(128, 1000, 1)];
+    let specs = Specializations::new(p, Target::from_arch("sm_90a").unwrap(), &shapes).unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
+    let mut maps = 0;
+    for g in space.iter_valid() {
+        for (i, s) in shapes.iter().enumerate() {
+            let vars = space.vars(&g, i).unwrap();
+            let args = family.launch_args(&vars, s).unwrap();
+            assert_eq!(args.len(), 1);
+            assert_eq!(args[0].len(), p.args(s).len() + 3, "{}", g.canonical());
+            for a in &args[0] {
+                if let ArgSlot::TensorMap(m) = a {
+                    let spec = tensor_map_spec(m, 0x10000).unwrap();
+                    assert_eq!(spec.validate(), Ok(()), "{}: {spec:?}", g.canonical());
+                    maps += 1;
+                }
+            }
+        }
+    }
+    assert!(maps >= 3 * 2 * 40, "{maps}");
+    // One genome through NVRTC: the list matches the PTX parameters.
+    let g = space
+        .iter_valid()
+        .find(|g| g.canonical().contains("LOADER=tma"))
+        .unwrap();
+    let source = family.render(&space, &g, 0).unwrap();
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
+        .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "wgmma.cu".into(),
+            source,
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let params = ptx_params(compiled.ptx.as_deref().unwrap());
+    let vars = space.vars(&g, 0).unwrap();
+    let args = family.launch_args(&vars, &shapes[0]).unwrap();
+    check_arguments(&params, &kernels, &args).unwrap();
+    let mut no_maps = args.clone();
+    no_maps[0].truncate(p.args(&shapes[0]).len());
+    assert!(check_arguments(&params, &kernels, &no_maps).is_err());
+}

@@ -275,6 +275,12 @@ fn build_variant(
             l.family.launches.len()
         );
     }
+    if l.family.is_multi_arg() {
+        bail!(
+            "family {} gives its kernel its own argument list (tensor maps or scratch); the artifact format holds the problem's ABI only",
+            l.family.name
+        );
+    }
     let rule = &l.family.launches[0];
     let vars = l.space.vars(&genome, spec_index)?;
     let shape_names: Vec<&str> = problem.shape_vars().iter().map(|d| d.name).collect();
