@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo run --release -p evo-search --example search_quality`
 
-use evo_search::landscape::{evaluations_to_reach, simulate_until, synthetic};
+use evo_search::landscape::{evaluations_to_reach, quantile, simulate_until, synthetic};
 use evo_search::{build, SearchParams, StrategyKind};
 
 const SEEDS: u64 = 20;
@@ -48,17 +48,7 @@ fn main() {
             }
         }
         needed.sort_unstable();
-        // Quantile by linear interpolation between order statistics (so the median of
-        // an even count is the mean of the two middle values).
-        let q = |p: f64| -> String {
-            if needed.is_empty() {
-                return "-".into();
-            }
-            let x = (needed.len() - 1) as f64 * p;
-            let (lo, hi) = (needed[x.floor() as usize], needed[x.ceil() as usize]);
-            let v = lo as f64 + (hi as f64 - lo as f64) * x.fract();
-            format!("{v:.1}")
-        };
+        let q = |p: f64| quantile(&needed, p).map_or("-".into(), |v| format!("{v:.1}"));
         println!(
             "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5}/{SEEDS}",
             kind.name(),

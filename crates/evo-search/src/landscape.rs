@@ -117,6 +117,18 @@ pub fn evaluations_to_reach(trace: &[(usize, f64)], target: f64) -> Option<usize
     trace.iter().find(|(_, f)| *f >= target).map(|(e, _)| *e)
 }
 
+/// Quantile `p` (0..=1) of sorted counts, by linear interpolation between order
+/// statistics (the median of an even count is the mean of the two middle values);
+/// `None` for no counts.
+pub fn quantile(sorted: &[usize], p: f64) -> Option<f64> {
+    let x = sorted.len().checked_sub(1)? as f64 * p;
+    let (lo, hi) = (
+        sorted[x.floor() as usize] as f64,
+        sorted[x.ceil() as usize] as f64,
+    );
+    Some(lo + (hi - lo) * x.fract())
+}
+
 /// The value positions of [`synthetic`]'s optimum, knob by knob.
 pub const SYNTHETIC_OPTIMUM: &str =
     "BLOCK_M=128,BLOCK_N=64,NUM_WARPS=4,STAGES=3,SWIZZLE=xor,UNROLL=2";
@@ -209,6 +221,13 @@ pub fn synthetic() -> (Space, Landscape) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn quantiles_interpolate_between_order_statistics() {
+        assert_eq!(super::quantile(&[], 0.5), None);
+        assert_eq!(super::quantile(&[1, 3], 0.5), Some(2.0));
+        assert_eq!(super::quantile(&[1, 3, 10], 1.0), Some(10.0));
+    }
+
     use super::*;
     use crate::params::SearchParams;
     use crate::strategy::{Exhaustive, Random};

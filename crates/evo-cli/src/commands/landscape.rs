@@ -90,7 +90,7 @@ pub fn quality(
     within: f64,
     json: bool,
 ) -> Result<ExitCode> {
-    use evo_search::landscape::{evaluations_to_reach, simulate_until};
+    use evo_search::landscape::{evaluations_to_reach, quantile, simulate_until};
     use evo_search::StrategyKind;
 
     let loaded = crate::setup::load(templates, target)?;
@@ -155,12 +155,6 @@ pub fn quality(
         needed.sort_unstable();
         rows.push((kind.name().to_string(), needed));
     }
-    // Quantiles by linear interpolation between order statistics.
-    let quantile = |v: &[usize], p: f64| -> Option<f64> {
-        let x = (v.len().checked_sub(1)?) as f64 * p;
-        let (lo, hi) = (v[x.floor() as usize] as f64, v[x.ceil() as usize] as f64);
-        Some(lo + (hi - lo) * x.fract())
-    };
     if json {
         let strategies: Vec<_> = rows
             .iter()
