@@ -71,6 +71,13 @@ impl Compiler {
             format!("-I{}", install.include.display()),
             "--ptxas-options=-v".to_string(),
         ];
+        // NVRTC 12.9+ keeps a compute cache: a hit skips ptxas, and with it the resource
+        // report the static gate reads (seen on an H200: a genome compiled earlier in the
+        // same machine came back with an empty report, three times in a row). evo caches
+        // compiles itself (`CompileCache`), report included.
+        if (major, minor) >= (12, 9) {
+            options.push("--no-cache".to_string());
+        }
         if max_registers > 0 {
             options.push(format!("--maxrregcount={max_registers}"));
         }
@@ -252,5 +259,29 @@ mod tests {
             ..no_report
         };
         assert_eq!(report_mismatch(&failed), None);
+    }
+
+    /// The same source compiled again in one process still carries ptxas's report: with
+    /// NVRTC's own compute cache on, the second compile on a GPU machine had none.
+    #[test]
+    fn a_repeated_compile_keeps_its_resource_report() {
+        let compiler = Compiler::new("sm_90a", &[], 0, None)
+            .expect("NVRTC is required (scripts/install-cuda.sh)");
+        assert!(
+            compiler.options().iter().any(|o| o == "--no-cache"),
+            "{:?}",
+            compiler.options()
+        );
+        let source = r#"extern "C" __global__ void twice(float* x) { x[threadIdx.x] += 1.f; }"#;
+        for attempt in 0..3 {
+            let out = nvrtc::compile(source, "twice.cu", compiler.options()).expect("compiles");
+            assert!(out.success, "{}", out.log);
+            assert_eq!(
+                report_mismatch(&out),
+                None,
+                "compile {attempt}: {}",
+                out.log
+            );
+        }
     }
 }

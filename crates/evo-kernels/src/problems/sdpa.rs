@@ -269,24 +269,27 @@ impl Problem for Sdpa {
 /// Attention in float64 on contiguous (batch, heads, seq, head_dim) tensors: the CPU
 /// reference of `sdpa_fwd` and `sdpa_fwd_fp8` (on dequantized inputs).
 pub(crate) fn attention_f64(d: &Dims, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
+    use rayon::prelude::*;
     let hd = d.head_dim;
     let scale = d.scale() as f64;
     let mut o = vec![0.0; d.batch * d.heads * d.seq_q * hd];
-    let mut scores = vec![0.0; d.seq_kv];
-    for bh in 0..d.batch * d.heads {
-        let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
-        for i in 0..d.seq_q {
+    // One output row per task (each row's sums run in the same order on any thread, so
+    // the result does not depend on the thread count).
+    o.par_chunks_mut(hd.max(1)).enumerate().for_each_init(
+        || vec![0.0; d.seq_kv],
+        |scores, (row, out)| {
+            let (bh, i) = (row / d.seq_q, row % d.seq_q);
+            let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
             let visible = if d.causal {
                 (i + 1).min(d.seq_kv)
             } else {
                 d.seq_kv
             };
+            let q_row = &q[qb + i * hd..][..hd];
             let mut max = f64::NEG_INFINITY;
             for (j, sc) in scores.iter_mut().enumerate().take(visible) {
-                *sc = scale
-                    * (0..hd)
-                        .map(|x| q[qb + i * hd + x] * k[kb + j * hd + x])
-                        .sum::<f64>();
+                let k_row = &k[kb + j * hd..][..hd];
+                *sc = scale * q_row.iter().zip(k_row).map(|(a, b)| a * b).sum::<f64>();
                 max = max.max(*sc);
             }
             let mut sum = 0.0;
@@ -294,12 +297,16 @@ pub(crate) fn attention_f64(d: &Dims, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f6
                 *sc = (*sc - max).exp();
                 sum += *sc;
             }
-            for x in 0..hd {
-                let acc: f64 = (0..visible).map(|j| scores[j] * v[kb + j * hd + x]).sum();
-                o[qb + i * hd + x] = acc / sum;
+            for (j, p) in scores.iter().enumerate().take(visible) {
+                for (acc, x) in out.iter_mut().zip(&v[kb + j * hd..][..hd]) {
+                    *acc += p * x;
+                }
             }
-        }
-    }
+            for acc in out.iter_mut() {
+                *acc /= sum;
+            }
+        },
+    );
     o
 }
 
