@@ -48,26 +48,78 @@ __device__ __forceinline__ unsigned pack4_e4m3_sum(float a, float b, float c, fl
 __device__ __forceinline__ float quant_to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float quant_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Quantizes one slice of `n` elements per block: blockIdx.x = slice (b * heads + h), any blockDim
-// that is a multiple of 32 (<= 1024). Writes codes[slice * n + i] and descale[slice].
-template <typename T>
-__device__ __forceinline__ void quantize_slice(const T* __restrict__ x, unsigned char* __restrict__ codes,
-                                               float* __restrict__ descale, long long n) {
+// max |x| over the block's threads (fmaxf: NaN ignored; 0 for no element), in every thread.
+// blockDim.x a multiple of 32 (<= 1024); every thread of the block must call it.
+__device__ __forceinline__ float block_amax(float m) {
     __shared__ float warp_max[32];
-    const long long base = static_cast<long long>(blockIdx.x) * n;
-    float m = 0.0f;
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(quant_to_float(x[base + i])));
     for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
     __syncthreads();
     float amax = 0.0f;
     for (int w = 0; w < int(blockDim.x / 32); ++w) amax = fmaxf(amax, warp_max[w]);
+    return amax;
+}
+
+// The scale of a slice with maximum `amax`: inv multiplies x before rounding, descale undoes it.
+__device__ __forceinline__ void slice_scales(float amax, float& inv, float& descale) {
     const bool scaled = amax > 0.0f && amax <= 3.402823466e38f;
-    const float inv = scaled ? 448.0f / amax : 1.0f;
-    if (threadIdx.x == 0) descale[blockIdx.x] = scaled ? amax / 448.0f : 1.0f;
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-        codes[base + i] = __nv_cvt_float_to_fp8(__fmul_rn(quant_to_float(x[base + i]), inv), __NV_SATFINITE, __NV_E4M3);
-    }
+    inv = scaled ? 448.0f / amax : 1.0f;
+    descale = scaled ? amax / 448.0f : 1.0f;
+}
+
+template <typename T>
+__device__ __forceinline__ unsigned char quantize_one(T x, float inv) {
+    return __nv_cvt_float_to_fp8(__fmul_rn(quant_to_float(x), inv), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Quantizes one slice of `n` elements per block: blockIdx.x = slice (b * heads + h), any blockDim
+// that is a multiple of 32 (<= 1024). Writes codes[slice * n + i] and descale[slice].
+template <typename T>
+__device__ __forceinline__ void quantize_slice(const T* __restrict__ x, unsigned char* __restrict__ codes,
+                                               float* __restrict__ descale, long long n) {
+    const long long base = static_cast<long long>(blockIdx.x) * n;
+    float m = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(quant_to_float(x[base + i])));
+    float inv, d;
+    slice_scales(block_amax(m), inv, d);
+    if (threadIdx.x == 0) descale[blockIdx.x] = d;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) codes[base + i] = quantize_one(x[base + i], inv);
+}
+
+// The same rule in two passes over many blocks (a slice per block leaves most SMs idle: batch x
+// heads blocks). Grid (chunks, slices) in both passes, chunks = ceil(n / chunk) blocks per slice.
+// Pass 1: block (c, s) writes the max |x| of elements [c * chunk, (c + 1) * chunk) of slice s to
+// partial[s * chunks + c]. Every partial is written, so the buffer needs no initialisation.
+template <typename T>
+__device__ __forceinline__ void amax_chunk(const T* __restrict__ x, float* __restrict__ partial, long long n,
+                                           long long chunk) {
+    const long long slice = blockIdx.y, begin = static_cast<long long>(blockIdx.x) * chunk;
+    const long long end = begin + chunk < n ? begin + chunk : n;
+    const T* xs = x + slice * n;
+    float m = 0.0f;
+#pragma unroll 8
+    for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) m = fmaxf(m, fabsf(quant_to_float(xs[i])));
+    const float amax = block_amax(m);
+    if (threadIdx.x == 0) partial[slice * gridDim.x + blockIdx.x] = amax;
+}
+
+// Pass 2: block (c, s) takes the maximum of slice s's partials (max is exact in any order, so the
+// scale is the one-pass rule's, bit for bit), quantizes its chunk; block (0, s) writes descale[s].
+template <typename T>
+__device__ __forceinline__ void quantize_chunk(const T* __restrict__ x, unsigned char* __restrict__ codes,
+                                               float* __restrict__ descale, const float* __restrict__ partial,
+                                               long long n, long long chunk) {
+    const long long slice = blockIdx.y, begin = static_cast<long long>(blockIdx.x) * chunk;
+    const long long end = begin + chunk < n ? begin + chunk : n;
+    float m = 0.0f;
+    for (unsigned c = threadIdx.x; c < gridDim.x; c += blockDim.x) m = fmaxf(m, partial[slice * gridDim.x + c]);
+    float inv, d;
+    slice_scales(block_amax(m), inv, d);
+    if (blockIdx.x == 0 && threadIdx.x == 0) descale[slice] = d;
+    const T* xs = x + slice * n;
+    unsigned char* cs = codes + slice * n;
+#pragma unroll 8
+    for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) cs[i] = quantize_one(xs[i], inv);
 }
 
 }  // namespace evo

@@ -320,3 +320,151 @@ fn fp8_end_to_end_family_through_the_worker() {
         results[1].detail
     );
 }
+
+/// The two-pass quantizer of sdpa_fwd_fp8_e2e_split (sdpa_fp8_amax, then
+/// sdpa_fp8_quantize_chunks) gives the host rule's codes and descales bit for bit, and the
+/// same bytes as the one-pass sdpa_fp8_quantize of the same module: on slices of 9856
+/// elements (two chunks, the second partial) with the slice maximum in the partial chunk, an
+/// all-zero slice, a NaN, and fp16 values up to 60000.
+#[test]
+fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
+    use evo_gpu::runtime::{Gpu, KernelArg};
+    let Some(arch) = arch() else { return };
+    if !arch.starts_with("sm_9") && !arch.starts_with("sm_10") && !arch.starts_with("sm_89") {
+        println!("skipping: {arch} is below the FP8 family's min_arch");
+        return;
+    }
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = std::path::PathBuf::from(manifest).join("../../templates");
+    let family =
+        evo_kernels::Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split")
+            .unwrap();
+    let p = evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap();
+    let (slices, slice_len, chunk) = (6usize, 77 * 128usize, 8192usize);
+    let shape = p
+        .complete_shape(
+            &[
+                ("BATCH", 2),
+                ("HEADS", 3),
+                ("SEQ_Q", 77),
+                ("SEQ_KV", 77),
+                ("HEAD_DIM", 128),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect(),
+        )
+        .unwrap();
+    let specs = evo_kernels::Specializations::new(
+        p,
+        Target::from_arch(&arch).unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let genome = space.iter_valid().next().unwrap();
+    let source = family.render(&space, &genome, 0).unwrap();
+    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "split.cu".into(),
+            source,
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+
+    // Inputs (fp16): pseudo-random normal-ish values; slice 1 has its maximum in the last,
+    // partial chunk; slice 2 is all zeros; slice 3 holds a NaN; slice 4 reaches 60000.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    };
+    let mut values: Vec<f32> = (0..slices * slice_len)
+        .map(|_| half::f16::from_f64(next() * 3.0).to_f32())
+        .collect();
+    values[slice_len + slice_len - 5] = 250.0;
+    values[2 * slice_len..3 * slice_len].fill(0.0);
+    values[3 * slice_len + 100] = f32::NAN;
+    values[4 * slice_len + 7] = -60000.0;
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+        .collect();
+    let want = evo_kernels::fp8::quantize(&values, slice_len);
+
+    let gpu = Gpu::open(0).unwrap();
+    let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
+    let x = gpu.alloc(bytes.len()).unwrap();
+    gpu.upload(&x, &bytes).unwrap();
+    let chunks = slice_len.div_ceil(chunk);
+    let partial = gpu.alloc(slices * chunks * 4).unwrap();
+    let run = |split: bool| -> (Vec<u8>, Vec<u8>) {
+        let codes = gpu.alloc(slices * slice_len).unwrap();
+        let descale = gpu.alloc(slices * 4).unwrap();
+        for b in [&codes, &descale, &partial] {
+            gpu.memset_u8(b, 0xff).unwrap();
+        }
+        let n = KernelArg::I64(slice_len as i64);
+        let c = KernelArg::I64(chunk as i64);
+        let dims = |grid: [u32; 3]| LaunchDims {
+            grid,
+            block: [256, 1, 1],
+            shared_bytes: 0,
+        };
+        if split {
+            let grid = [chunks as u32, slices as u32, 1];
+            let amax = module.function("sdpa_fp8_amax").unwrap();
+            let args = [KernelArg::Ptr(x.ptr()), KernelArg::Ptr(partial.ptr()), n, c];
+            gpu.launch(&amax, &dims(grid), &args).unwrap();
+            let quant = module.function("sdpa_fp8_quantize_chunks").unwrap();
+            let args = [
+                KernelArg::Ptr(x.ptr()),
+                KernelArg::Ptr(codes.ptr()),
+                KernelArg::Ptr(descale.ptr()),
+                KernelArg::Ptr(partial.ptr()),
+                n,
+                c,
+            ];
+            gpu.launch(&quant, &dims(grid), &args).unwrap();
+        } else {
+            let one = module.function("sdpa_fp8_quantize").unwrap();
+            let args = [
+                KernelArg::Ptr(x.ptr()),
+                KernelArg::Ptr(codes.ptr()),
+                KernelArg::Ptr(descale.ptr()),
+                n,
+            ];
+            gpu.launch(&one, &dims([slices as u32, 1, 1]), &args)
+                .unwrap();
+        }
+        gpu.synchronize().unwrap();
+        (
+            gpu.download(&codes).unwrap(),
+            gpu.download(&descale).unwrap(),
+        )
+    };
+    // The host rule's code for a NaN need not be CUDA's: that element is compared between
+    // the two GPU quantizers only.
+    let want_descale: Vec<u8> = want.descale.iter().flat_map(|d| d.to_le_bytes()).collect();
+    let mut outputs = Vec::new();
+    for split in [true, false] {
+        let (codes, descale) = run(split);
+        let first = (0..codes.len()).find(|&i| !values[i].is_nan() && codes[i] != want.codes[i]);
+        assert_eq!(
+            first, None,
+            "split {split}: first code differing from the host rule"
+        );
+        assert_eq!(descale, want_descale, "split {split}: descales");
+        outputs.push(codes);
+    }
+    assert!(outputs[0] == outputs[1], "the two quantizers differ");
+    println!(
+        "split quantizer: {} codes and {slices} descales equal to the host rule (descales {:?})",
+        want.codes.len(),
+        want.descale
+    );
+}

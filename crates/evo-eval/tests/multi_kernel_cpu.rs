@@ -74,3 +74,66 @@ fn fp8_e2e_argument_lists_match_the_ptx() {
     *int_scale[3].last_mut().unwrap() = ArgSlot::I32(1);
     assert!(check_arguments(&params, &kernels, &int_scale).is_err());
 }
+
+/// The two-pass quantizer family (sdpa_fwd_fp8_e2e_split): seven launches whose argument
+/// lists match the PTX of the kernels they name, on a ragged bf16 shape (slices of 77 x 128
+/// and 1000 x 128 elements: several chunks per slice, the last one partial).
+#[test]
+fn fp8_e2e_split_argument_lists_match_the_ptx() {
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = PathBuf::from(manifest).join("../../templates");
+    let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split").unwrap();
+    let p = problem("sdpa_fwd_fp8_e2e").unwrap();
+    let shape: Vars = [
+        ("BATCH", 2.into()),
+        ("HEADS", 3.into()),
+        ("SEQ_Q", 77.into()),
+        ("SEQ_KV", 1000.into()),
+        ("HEAD_DIM", 128.into()),
+        ("CAUSAL", false.into()),
+        ("DTYPE", "bf16".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let shape = p.complete_shape(&shape).unwrap();
+    let specs = Specializations::new(
+        p,
+        Target::from_arch("sm_90a").unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    let genome = space.iter_valid().next().unwrap();
+    let source = family.render(&space, &genome, 0).unwrap();
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
+        .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: "e2e_split.cu".into(),
+            source,
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let params = ptx_params(compiled.ptx.as_deref().unwrap());
+    assert_eq!(params["sdpa_fp8_amax"].len(), 4);
+    assert_eq!(params["sdpa_fp8_quantize_chunks"].len(), 6);
+    let vars = space.vars(&genome, 0).unwrap();
+    let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
+    assert_eq!(kernels.len(), 7);
+    let args = family.launch_args(&vars, &shape).unwrap();
+    check_arguments(&params, &kernels, &args).unwrap();
+    // Chunks per slice: 77 * 128 = 9856 elements -> 2 chunks of 8192; 1000 * 128 -> 16.
+    let dims = family.launch_dims(&vars, &shape).unwrap();
+    assert_eq!(dims[0].1.grid, [2, 6, 1]);
+    assert_eq!(dims[1].1.grid, [2, 6, 1]);
+    assert_eq!(dims[2].1.grid, [16, 6, 1]);
+    let scratch = family.scratch_specs(&vars, &shape).unwrap();
+    let amax: Vec<(&str, usize)> = scratch
+        .iter()
+        .filter(|t| t.name.ends_with("_amax"))
+        .map(|t| (t.name.as_str(), t.len))
+        .collect();
+    assert_eq!(amax, [("q_amax", 12), ("k_amax", 96), ("v_amax", 96)]);
+}
