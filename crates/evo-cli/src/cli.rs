@@ -73,6 +73,10 @@ pub enum Command {
         /// Compile a few genomes that together use every value of every knob.
         #[arg(long, conflicts_with_all = ["genome", "random", "all"])]
         cover: bool,
+        /// Compile genomes that together combine every pair of values of two knobs that
+        /// the constraints allow (pairwise coverage).
+        #[arg(long, conflicts_with_all = ["genome", "random", "all", "cover"])]
+        pairwise: bool,
         /// Write <hash>.<spec>.{cu,ptx,cubin,log} for each variant into this folder.
         #[arg(long)]
         out: Option<PathBuf>,

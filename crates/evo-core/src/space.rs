@@ -432,38 +432,48 @@ impl Space {
     /// any valid genome uses, chosen greedily in enumeration order (deterministic).
     /// Values no valid genome takes are returned as the second element.
     pub fn covering_set(&self) -> (Vec<Genome>, Vec<(String, Value)>) {
-        let mut missing: BTreeSet<(String, Value)> = self
+        let all: BTreeSet<(String, Value)> = self
             .knobs
             .iter()
             .flat_map(|k| k.values.iter().map(move |v| (k.name.clone(), v.clone())))
             .collect();
         let valid: Vec<Genome> = self.iter_valid().collect();
-        let covers = |g: &Genome, missing: &BTreeSet<(String, Value)>| {
-            g.iter()
-                .filter(|(k, v)| missing.contains(&((*k).clone(), (*v).clone())))
-                .count()
+        let values = |g: &Genome| -> Vec<(String, Value)> {
+            g.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let mut out = Vec::new();
-        loop {
-            // The first genome (in enumeration order) covering the most missing values.
-            let best = valid.iter().fold(None::<(&Genome, usize)>, |best, g| {
-                let c = covers(g, &missing);
-                match best {
-                    Some((_, b)) if b >= c => best,
-                    _ => Some((g, c)),
+        greedy_cover(&valid, all, values)
+    }
+
+    /// A small set of valid genomes in which every pair of values of two knobs that some
+    /// valid genome combines appears together at least once (pairwise coverage), chosen
+    /// greedily in enumeration order (deterministic). Also returns how many value pairs
+    /// no valid genome combines (excluded by constraints).
+    pub fn pairwise_set(&self) -> (Vec<Genome>, usize) {
+        let valid: Vec<Genome> = self.iter_valid().collect();
+        let pairs = |g: &Genome| -> Vec<[(String, Value); 2]> {
+            let kv: Vec<(String, Value)> = g.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut out = Vec::new();
+            for (i, a) in kv.iter().enumerate() {
+                for b in &kv[i + 1..] {
+                    out.push([a.clone(), b.clone()]);
                 }
-            });
-            match best {
-                Some((g, c)) if c > 0 => {
-                    for (k, v) in g.iter() {
-                        missing.remove(&(k.clone(), v.clone()));
-                    }
-                    out.push(g.clone());
-                }
-                _ => break,
             }
-        }
-        (out, missing.into_iter().collect())
+            out
+        };
+        let combined: BTreeSet<[(String, Value); 2]> = valid.iter().flat_map(pairs).collect();
+        let possible: usize = self
+            .knobs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                self.knobs[i + 1..]
+                    .iter()
+                    .map(|b| a.values.len() * b.values.len())
+                    .sum::<usize>()
+            })
+            .sum();
+        let (set, _) = greedy_cover(&valid, combined.clone(), pairs);
+        (set, possible - combined.len())
     }
 
     /// A valid genome drawn uniformly at random, or `None` if the space has none.
@@ -609,6 +619,40 @@ fn order_derived(derived: Vec<(String, Expr)>) -> Result<Vec<(String, Expr)>, Sp
         }
     }
     Ok(ordered)
+}
+
+/// Greedy set cover: repeatedly the first genome (in `valid`'s order) holding the most
+/// still-missing features, until none holds any. Returns the chosen genomes and the
+/// features no genome holds.
+fn greedy_cover<K: Ord + Clone>(
+    valid: &[Genome],
+    mut missing: BTreeSet<K>,
+    features: impl Fn(&Genome) -> Vec<K>,
+) -> (Vec<Genome>, Vec<K>) {
+    let per_genome: Vec<Vec<K>> = valid.iter().map(&features).collect();
+    let mut out = Vec::new();
+    loop {
+        let best = per_genome
+            .iter()
+            .enumerate()
+            .fold(None::<(usize, usize)>, |best, (i, f)| {
+                let c = f.iter().filter(|k| missing.contains(*k)).count();
+                match best {
+                    Some((_, b)) if b >= c => best,
+                    _ => Some((i, c)),
+                }
+            });
+        match best {
+            Some((i, c)) if c > 0 => {
+                for k in &per_genome[i] {
+                    missing.remove(k);
+                }
+                out.push(valid[i].clone());
+            }
+            _ => break,
+        }
+    }
+    (out, missing.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -795,6 +839,44 @@ mod tests {
         // At least 4 (BLOCK_M has 4 values); greedy may take a few more, far fewer than all.
         assert!((4..=6).contains(&cover.len()), "cover of {}", cover.len());
         assert_eq!(cover, s.covering_set().0, "deterministic");
+    }
+
+    #[test]
+    fn pairwise_set_combines_every_combinable_pair() {
+        let s = space();
+        let (set, impossible) = s.pairwise_set();
+        assert!(set.iter().all(|g| s.is_valid(g)));
+        let valid: Vec<Genome> = s.iter_valid().collect();
+        let knobs = s.knobs();
+        let mut combinable = 0;
+        for (i, a) in knobs.iter().enumerate() {
+            for b in &knobs[i + 1..] {
+                for va in &a.values {
+                    for vb in &b.values {
+                        let has =
+                            |g: &Genome| g.get(&a.name) == Some(va) && g.get(&b.name) == Some(vb);
+                        if valid.iter().any(has) {
+                            combinable += 1;
+                            assert!(set.iter().any(has), "{}={va}, {}={vb}", a.name, b.name);
+                        }
+                    }
+                }
+            }
+        }
+        let total: usize = knobs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                knobs[i + 1..]
+                    .iter()
+                    .map(|b| a.values.len() * b.values.len())
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(impossible, total - combinable);
+        assert!(set.len() < valid.len(), "{} of {}", set.len(), valid.len());
+        assert!(set.len() >= s.covering_set().0.len());
+        assert_eq!(set, s.pairwise_set().0, "deterministic");
     }
 
     #[test]

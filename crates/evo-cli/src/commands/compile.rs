@@ -17,6 +17,7 @@ pub struct Options<'a> {
     pub pick: &'a GenomeArgs,
     pub all: bool,
     pub cover: bool,
+    pub pairwise: bool,
     pub out: Option<&'a Path>,
     pub threads: usize,
     pub no_cache: bool,
@@ -44,6 +45,13 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         loaded.space.iter_valid().collect()
     } else if o.cover {
         loaded.space.covering_set().0
+    } else if o.pairwise {
+        let (set, excluded) = loaded.space.pairwise_set();
+        eprintln!(
+            "{} genomes combine every pair of knob values the constraints allow ({excluded} pairs they exclude)",
+            set.len()
+        );
+        set
     } else {
         loaded.pick_genomes(o.pick, false)?
     };
