@@ -10,7 +10,7 @@
 #     reduction, outputs saturated at 448, forgotten v descale); each file's evo-expect must match;
 #  3. a covering sample of sdpa_fwd_fp8_mma (every knob value) through every gate on the default
 #     and edge shapes (kernel-level and end-to-end errors);
-#  4. a 90-second search on the FP8 family against PyTorch SDPA fp16;
+#  4. a search on the FP8 family (FP8_SEARCH_BUDGET, default 90s) against PyTorch SDPA fp16;
 #  5. the table: best FP8 variant vs the best fp16 variant vs PyTorch SDPA fp16, kernel-only and
 #     end to end (quantizer + attention as one evo variant, configs/sdpa_fp8_e2e.toml), both errors
 #     (scripts/fp8_table.py).
@@ -47,9 +47,9 @@ fi
 echo "== PyTorch SDPA fp16 on the default shapes"
 python3 scripts/torch_sdpa_baseline.py configs/sdpa_fp8.toml --out configs/torch_sdpa_fp8_baseline.json 2>&1 | tee "$OUT/torch.txt"
 
-echo "== search (90 s)"
+echo "== search (${FP8_SEARCH_BUDGET:-90s})"
 rm -f $T/fp8.db $T/fp8.db-*
-$EVO search -c configs/sdpa_fp8_search.toml --run fp8 --db $T/fp8.db --budget 90s --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
+$EVO search -c configs/sdpa_fp8_search.toml --run fp8 --db $T/fp8.db --budget "${FP8_SEARCH_BUDGET:-90s}" --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
 python3 scripts/run_summary.py $T/fp8.db fp8 2>&1 | tee "$OUT/search_summary.txt"
 cp $T/fp8.db "$OUT/fp8.db"
 BEST8=$(python3 - <<'PY'
@@ -80,5 +80,9 @@ fi
 # checked against the fp16 inputs and timed as a whole by evo (configs/sdpa_fp8_e2e.toml).
 $EVO --json eval -c configs/sdpa_fp8_e2e.toml -g "$BEST8" > $T/eval_e2e_best.json 2> $T/eval_e2e_best.err; echo "e2e eval exit $?"
 python3 scripts/fp8_table.py $T/eval_fp8_best.json $T/eval_fp16_best.json configs/torch_sdpa_fp8_baseline.json $T/eval_e2e_best.json 2>&1 | tee "$OUT/fp8_table.txt"
+# The same genome end to end with the two-pass quantizer (configs/sdpa_fp8_e2e_split.toml).
+$EVO --json eval -c configs/sdpa_fp8_e2e_split.toml -g "$BEST8" > $T/eval_e2e_split_best.json 2> $T/eval_e2e_split_best.err; echo "e2e split eval exit $?"
+echo "-- the same table, fp8 e2e = the two-pass quantizer (configs/sdpa_fp8_e2e_split.toml)" | tee -a "$OUT/fp8_table.txt"
+python3 scripts/fp8_table.py $T/eval_fp8_best.json $T/eval_fp16_best.json configs/torch_sdpa_fp8_baseline.json $T/eval_e2e_split_best.json 2>&1 | tee -a "$OUT/fp8_table.txt"
 (cd $T && tar czf "$OUT/raw.tgz" *.json *.err 2>/dev/null)
 echo "total ${SECONDS}s"
