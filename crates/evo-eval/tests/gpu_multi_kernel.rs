@@ -57,6 +57,39 @@ fn arch() -> Option<String> {
     }
 }
 
+/// A family of problem sdpa_fwd_fp8_e2e specialized for one shape on `arch`.
+fn e2e_family(
+    name: &str,
+    arch: &str,
+    shape: &[(&str, i64)],
+) -> (
+    evo_kernels::Family,
+    evo_kernels::Specializations,
+    evo_core::Space,
+) {
+    let manifest =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let templates = std::path::PathBuf::from(manifest).join("../../templates");
+    let family = evo_kernels::Family::load(&templates, "sdpa_fwd_fp8_e2e", name).unwrap();
+    let p = evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap();
+    let shape = p
+        .complete_shape(
+            &shape
+                .iter()
+                .map(|(k, v)| (k.to_string(), (*v).into()))
+                .collect(),
+        )
+        .unwrap();
+    let specs = evo_kernels::Specializations::new(
+        p,
+        Target::from_arch(arch).unwrap(),
+        std::slice::from_ref(&shape),
+    )
+    .unwrap();
+    let space = family.space(specs.contexts()).unwrap();
+    (family, specs, space)
+}
+
 fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64>) -> Job {
     let (m, n, k) = (77i64, 130i64, 264i64);
     let dims = |grid: [u32; 3], block: u32| LaunchDims {
@@ -205,33 +238,17 @@ fn fp8_end_to_end_family_through_the_worker() {
         println!("skipping: {arch} has no e4m3 mma.sync");
         return;
     }
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let templates = std::path::PathBuf::from(manifest).join("../../templates");
-    let family =
-        evo_kernels::Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
-    let p = evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap();
-    let shape = p
-        .complete_shape(
-            &[
-                ("BATCH", 2),
-                ("HEADS", 4),
-                ("SEQ_Q", 77),
-                ("SEQ_KV", 200),
-                ("HEAD_DIM", 64),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect(),
-        )
-        .unwrap();
-    let specs = evo_kernels::Specializations::new(
-        p,
-        Target::from_arch(&arch).unwrap(),
-        std::slice::from_ref(&shape),
-    )
-    .unwrap();
-    let space = family.space(specs.contexts()).unwrap();
+    let (family, specs, space) = e2e_family(
+        "sdpa_fwd_fp8_e2e_mma",
+        &arch,
+        &[
+            ("BATCH", 2),
+            ("HEADS", 4),
+            ("SEQ_Q", 77),
+            ("SEQ_KV", 200),
+            ("HEAD_DIM", 64),
+        ],
+    );
     let genome = evo_core::Genome::parse(
         "BLOCK_M=64,BLOCK_N=32,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,V_LAYOUT=transpose,WARP_SPEC=off",
     )
@@ -249,7 +266,7 @@ fn fp8_end_to_end_family_through_the_worker() {
     let s = &c.shapes[0];
     let make = |id: u64, order: &[usize]| Job {
         id,
-        problem: p.name().into(),
+        problem: "sdpa_fwd_fp8_e2e".into(),
         label: format!("e2e order {order:?}"),
         cubin: Cubin(compiled.cubin.clone().unwrap()),
         kernels: order.iter().map(|&i| c.kernels[i].clone()).collect(),
@@ -334,35 +351,18 @@ fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
         println!("skipping: {arch} is below the FP8 family's min_arch");
         return;
     }
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let templates = std::path::PathBuf::from(manifest).join("../../templates");
-    let family =
-        evo_kernels::Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split")
-            .unwrap();
-    let p = evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap();
     let (slices, slice_len, chunk) = (6usize, 77 * 128usize, 8192usize);
-    let shape = p
-        .complete_shape(
-            &[
-                ("BATCH", 2),
-                ("HEADS", 3),
-                ("SEQ_Q", 77),
-                ("SEQ_KV", 77),
-                ("HEAD_DIM", 128),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect(),
-        )
-        .unwrap();
-    let specs = evo_kernels::Specializations::new(
-        p,
-        Target::from_arch(&arch).unwrap(),
-        std::slice::from_ref(&shape),
-    )
-    .unwrap();
-    let space = family.space(specs.contexts()).unwrap();
+    let (family, _, space) = e2e_family(
+        "sdpa_fwd_fp8_e2e_split",
+        &arch,
+        &[
+            ("BATCH", 2),
+            ("HEADS", 3),
+            ("SEQ_Q", 77),
+            ("SEQ_KV", 77),
+            ("HEAD_DIM", 128),
+        ],
+    );
     let genome = space.iter_valid().next().unwrap();
     let source = family.render(&space, &genome, 0).unwrap();
     let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();

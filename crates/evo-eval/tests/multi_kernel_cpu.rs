@@ -1,65 +1,110 @@
-//! Without a GPU: the shipped multi-kernel family (sdpa_fwd_fp8_e2e_mma) compiles with
-//! NVRTC, and its per-launch argument lists match the parameters of the kernels they launch
-//! in the PTX (the check the evaluator runs before any launch); a list with an argument
-//! missing or of the wrong width is rejected with the kernel named.
+//! Without a GPU: the shipped multi-kernel families (sdpa_fwd_fp8_e2e_mma and
+//! sdpa_fwd_fp8_e2e_split) compile with NVRTC, and their per-launch argument lists match the
+//! parameters of the kernels they launch in the PTX (the check the evaluator runs before any
+//! launch); a list with an argument missing or of the wrong width is rejected with the
+//! kernel named.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use evo_core::{Target, Vars};
-use evo_eval::static_gate::{check_arguments, ptx_params};
+use evo_core::{LaunchDims, Target, Vars};
+use evo_eval::static_gate::{check_arguments, ptx_params, PtxParam};
 use evo_gpu::{CompileRequest, Compiler};
-use evo_kernels::harness::ArgSlot;
+use evo_kernels::harness::{ArgSlot, TensorSpec};
 use evo_kernels::{problem, Family, Specializations};
+
+/// A family of problem sdpa_fwd_fp8_e2e on one shape, its first valid genome compiled for
+/// sm_90a: what the static gate sees.
+struct Compiled {
+    family: Family,
+    shape: Vars,
+    vars: Vars,
+    params: BTreeMap<String, Vec<PtxParam>>,
+}
+
+impl Compiled {
+    fn new(family: &str, shape: &[(&str, evo_core::Value)]) -> Compiled {
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+        let templates = PathBuf::from(manifest).join("../../templates");
+        let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", family).unwrap();
+        let p = problem("sdpa_fwd_fp8_e2e").unwrap();
+        let shape: Vars = shape
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let shape = p.complete_shape(&shape).unwrap();
+        let specs = Specializations::new(
+            p,
+            Target::from_arch("sm_90a").unwrap(),
+            std::slice::from_ref(&shape),
+        )
+        .unwrap();
+        let space = family.space(specs.contexts()).unwrap();
+        let genome = space.iter_valid().next().unwrap();
+        let source = family.render(&space, &genome, 0).unwrap();
+        let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
+            .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
+        let compiled = compiler
+            .compile(&CompileRequest {
+                name: "e2e.cu".into(),
+                source,
+            })
+            .unwrap();
+        assert!(compiled.success, "{}", compiled.log);
+        let params = ptx_params(compiled.ptx.as_deref().unwrap());
+        let vars = space.vars(&genome, 0).unwrap();
+        Compiled {
+            family,
+            shape,
+            vars,
+            params,
+        }
+    }
+
+    fn kernels(&self) -> Vec<String> {
+        self.family
+            .launches
+            .iter()
+            .map(|l| l.kernel.clone())
+            .collect()
+    }
+
+    fn args(&self) -> Vec<Vec<ArgSlot>> {
+        self.family.launch_args(&self.vars, &self.shape).unwrap()
+    }
+
+    fn dims(&self) -> Vec<(String, LaunchDims)> {
+        self.family.launch_dims(&self.vars, &self.shape).unwrap()
+    }
+
+    fn scratch(&self) -> Vec<TensorSpec> {
+        self.family.scratch_specs(&self.vars, &self.shape).unwrap()
+    }
+}
 
 #[test]
 fn fp8_e2e_argument_lists_match_the_ptx() {
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let templates = PathBuf::from(manifest).join("../../templates");
-    let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma").unwrap();
-    let shape: Vars = [
-        ("BATCH", 2.into()),
-        ("HEADS", 3.into()),
-        ("SEQ_Q", 77.into()),
-        ("SEQ_KV", 100.into()),
-        ("HEAD_DIM", 64.into()),
-        ("CAUSAL", true.into()),
-        ("DTYPE", "bf16".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let p = problem("sdpa_fwd_fp8_e2e").unwrap();
-    let shape = p.complete_shape(&shape).unwrap();
-    let specs = Specializations::new(
-        p,
-        Target::from_arch("sm_90a").unwrap(),
-        std::slice::from_ref(&shape),
-    )
-    .unwrap();
-    let space = family.space(specs.contexts()).unwrap();
-    let genome = space.iter_valid().next().unwrap();
-    let source = family.render(&space, &genome, 0).unwrap();
-    let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
-        .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
-    let compiled = compiler
-        .compile(&CompileRequest {
-            name: "e2e.cu".into(),
-            source,
-        })
-        .unwrap();
-    assert!(compiled.success, "{}", compiled.log);
-    let params = ptx_params(compiled.ptx.as_deref().unwrap());
-    assert_eq!(params["sdpa_fp8_quantize"].len(), 4);
-    assert_eq!(params["sdpa_fwd_fp8"].len(), 24);
-    let vars = space.vars(&genome, 0).unwrap();
-    let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
-    let args = family.launch_args(&vars, &shape).unwrap();
-    check_arguments(&params, &kernels, &args).unwrap();
+    let c = Compiled::new(
+        "sdpa_fwd_fp8_e2e_mma",
+        &[
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", 77.into()),
+            ("SEQ_KV", 100.into()),
+            ("HEAD_DIM", 64.into()),
+            ("CAUSAL", true.into()),
+            ("DTYPE", "bf16".into()),
+        ],
+    );
+    assert_eq!(c.params["sdpa_fp8_quantize"].len(), 4);
+    assert_eq!(c.params["sdpa_fwd_fp8"].len(), 24);
+    let (kernels, args) = (c.kernels(), c.args());
+    check_arguments(&c.params, &kernels, &args).unwrap();
     // One argument short on the attention kernel.
     let mut short = args.clone();
     short[3].pop();
-    let e = check_arguments(&params, &kernels, &short).unwrap_err();
+    let e = check_arguments(&c.params, &kernels, &short).unwrap_err();
     assert!(
         e.contains("launch 4 (`sdpa_fwd_fp8`)") && e.contains("takes 24"),
         "{e}"
@@ -67,12 +112,12 @@ fn fp8_e2e_argument_lists_match_the_ptx() {
     // A 32-bit length where the quantizer takes a long long.
     let mut narrow = args.clone();
     narrow[1][3] = ArgSlot::I32(7);
-    let e = check_arguments(&params, &kernels, &narrow).unwrap_err();
+    let e = check_arguments(&c.params, &kernels, &narrow).unwrap_err();
     assert!(e.contains("launch 2 (`sdpa_fp8_quantize`)"), "{e}");
     // The softmax scale must be a float where the kernel takes one.
     let mut int_scale = args;
     *int_scale[3].last_mut().unwrap() = ArgSlot::I32(1);
-    assert!(check_arguments(&params, &kernels, &int_scale).is_err());
+    assert!(check_arguments(&c.params, &kernels, &int_scale).is_err());
 }
 
 /// The two-pass quantizer family (sdpa_fwd_fp8_e2e_split): seven launches whose argument
@@ -80,60 +125,40 @@ fn fp8_e2e_argument_lists_match_the_ptx() {
 /// and 1000 x 128 elements: several chunks per slice, the last one partial).
 #[test]
 fn fp8_e2e_split_argument_lists_match_the_ptx() {
-    let manifest =
-        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
-    let templates = PathBuf::from(manifest).join("../../templates");
-    let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split").unwrap();
-    let p = problem("sdpa_fwd_fp8_e2e").unwrap();
-    let shape: Vars = [
-        ("BATCH", 2.into()),
-        ("HEADS", 3.into()),
-        ("SEQ_Q", 77.into()),
-        ("SEQ_KV", 1000.into()),
-        ("HEAD_DIM", 128.into()),
-        ("CAUSAL", false.into()),
-        ("DTYPE", "bf16".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let shape = p.complete_shape(&shape).unwrap();
-    let specs = Specializations::new(
-        p,
-        Target::from_arch("sm_90a").unwrap(),
-        std::slice::from_ref(&shape),
-    )
-    .unwrap();
-    let space = family.space(specs.contexts()).unwrap();
-    let genome = space.iter_valid().next().unwrap();
-    let source = family.render(&space, &genome, 0).unwrap();
-    let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
-        .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
-    let compiled = compiler
-        .compile(&CompileRequest {
-            name: "e2e_split.cu".into(),
-            source,
-        })
-        .unwrap();
-    assert!(compiled.success, "{}", compiled.log);
-    let params = ptx_params(compiled.ptx.as_deref().unwrap());
-    assert_eq!(params["sdpa_fp8_amax"].len(), 4);
-    assert_eq!(params["sdpa_fp8_quantize_chunks"].len(), 6);
-    let vars = space.vars(&genome, 0).unwrap();
-    let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
+    let c = Compiled::new(
+        "sdpa_fwd_fp8_e2e_split",
+        &[
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", 77.into()),
+            ("SEQ_KV", 1000.into()),
+            ("HEAD_DIM", 128.into()),
+            ("CAUSAL", false.into()),
+            ("DTYPE", "bf16".into()),
+        ],
+    );
+    assert_eq!(c.params["sdpa_fp8_amax"].len(), 4);
+    assert_eq!(c.params["sdpa_fp8_quantize_chunks"].len(), 6);
+    let kernels = c.kernels();
     assert_eq!(kernels.len(), 7);
-    let args = family.launch_args(&vars, &shape).unwrap();
-    check_arguments(&params, &kernels, &args).unwrap();
+    check_arguments(&c.params, &kernels, &c.args()).unwrap();
     // Chunks per slice: 77 * 128 = 9856 elements -> 2 chunks of 8192; 1000 * 128 -> 16.
-    let dims = family.launch_dims(&vars, &shape).unwrap();
+    let dims = c.dims();
     assert_eq!(dims[0].1.grid, [2, 6, 1]);
     assert_eq!(dims[1].1.grid, [2, 6, 1]);
     assert_eq!(dims[2].1.grid, [16, 6, 1]);
-    let scratch = family.scratch_specs(&vars, &shape).unwrap();
-    let amax: Vec<(&str, usize)> = scratch
-        .iter()
+    let amax: Vec<(String, usize)> = c
+        .scratch()
+        .into_iter()
         .filter(|t| t.name.ends_with("_amax"))
-        .map(|t| (t.name.as_str(), t.len))
+        .map(|t| (t.name, t.len))
         .collect();
-    assert_eq!(amax, [("q_amax", 12), ("k_amax", 96), ("v_amax", 96)]);
+    assert_eq!(
+        amax,
+        [
+            ("q_amax".to_string(), 12),
+            ("k_amax".to_string(), 96),
+            ("v_amax".to_string(), 96)
+        ]
+    );
 }
