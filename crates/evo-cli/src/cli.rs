@@ -305,6 +305,9 @@ pub enum Command {
         /// A few genomes that together use every value of every knob.
         #[arg(long)]
         cover: bool,
+        /// Genomes that together combine every pair of knob values the constraints allow.
+        #[arg(long, conflicts_with = "cover")]
+        pairwise: bool,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Correctness only.

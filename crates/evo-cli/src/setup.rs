@@ -133,6 +133,25 @@ impl Loaded {
             })
     }
 
+    /// A covering sample of the space (`--cover`: every knob value; `--pairwise`: every pair
+    /// of values the constraints allow), with a note on stderr about what it cannot cover.
+    pub fn covering_genomes(&self, pairwise: bool) -> Vec<Genome> {
+        if pairwise {
+            let (set, excluded) = self.space.pairwise_set();
+            eprintln!(
+                "{} genomes combine every pair of knob values the constraints allow ({excluded} pairs they exclude)",
+                set.len()
+            );
+            set
+        } else {
+            let (cover, unused) = self.space.covering_set();
+            if !unused.is_empty() {
+                eprintln!("note: no valid genome uses {unused:?}");
+            }
+            cover
+        }
+    }
+
     /// The genomes a command was asked for: `--genome` (checked against the space),
     /// or `--random N` valid ones.
     pub fn pick_genomes(&self, pick: &GenomeArgs, allow_invalid: bool) -> Result<Vec<Genome>> {

@@ -43,15 +43,8 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     let loaded = setup::load(templates, o.target)?;
     let genomes: Vec<Genome> = if o.all {
         loaded.space.iter_valid().collect()
-    } else if o.cover {
-        loaded.space.covering_set().0
-    } else if o.pairwise {
-        let (set, excluded) = loaded.space.pairwise_set();
-        eprintln!(
-            "{} genomes combine every pair of knob values the constraints allow ({excluded} pairs they exclude)",
-            set.len()
-        );
-        set
+    } else if o.cover || o.pairwise {
+        loaded.covering_genomes(o.pairwise)
     } else {
         loaded.pick_genomes(o.pick, false)?
     };

@@ -23,6 +23,7 @@ pub struct Options<'a> {
     pub genomes: &'a [String],
     pub random: Option<usize>,
     pub cover: bool,
+    pub pairwise: bool,
     pub seed: u64,
     pub no_timing: bool,
     pub gpus: &'a str,
@@ -74,12 +75,8 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             gpus[0]
         );
     }
-    let genomes: Vec<Genome> = if o.cover {
-        let (cover, unused) = loaded.space.covering_set();
-        if !unused.is_empty() {
-            eprintln!("note: no valid genome uses {unused:?}");
-        }
-        cover
+    let genomes: Vec<Genome> = if o.cover || o.pairwise {
+        loaded.covering_genomes(o.pairwise)
     } else if !o.genomes.is_empty() {
         let mut v = Vec::new();
         for g in o.genomes {
@@ -99,7 +96,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         };
         loaded.pick_genomes(&pick, false)?
     } else {
-        bail!("choose genomes with --genome, --random N or --cover");
+        bail!("choose genomes with --genome, --random N, --cover or --pairwise");
     };
     let problem = loaded.family.problem;
     let configured: Vec<evo_core::Vars> =
