@@ -61,15 +61,7 @@ PY
 )
 # Best fp16 genome: the fastest (geometric mean over the default shapes) of the H200 landscape,
 # if the family still accepts it, else the search seed of configs/sdpa_search.toml.
-BEST16=$(python3 - <<'PY'
-import json, math
-d = json.load(open("tests/data/landscape_sdpa_fwd_mma_h200.json"))["points"]
-timed = lambda p: [s["median_us"] for s in p[1]["shapes"] if s.get("median_us")]
-best = min((p for p in d.items() if p[1]["status"] == "evaluated" and len(timed(p)) >= 5),
-           key=lambda p: sum(math.log(t) for t in timed(p)))
-print(best[0])
-PY
-)
+BEST16=$(python3 scripts/landscape_best.py tests/data/landscape_sdpa_fwd_mma_h200.json)
 echo "best fp8: $BEST8"; echo "best fp16 (landscape): $BEST16"
 $EVO --json eval -c configs/sdpa_fp8.toml -g "$BEST8" > $T/eval_fp8_best.json 2> $T/eval_fp8_best.err; echo "fp8 eval exit $?"
 if ! $EVO --json eval -c configs/sdpa.toml -g "$BEST16" > $T/eval_fp16_best.json 2> $T/eval_fp16_best.err; then

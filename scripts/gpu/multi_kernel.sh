@@ -44,15 +44,7 @@ echo "eval exit ${PIPESTATUS[0]}"
 
 echo "== FP8 table, end to end timed by evo"
 BEST8=${BEST8:-BLOCK_M=64,BLOCK_N=32,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,V_LAYOUT=transpose,WARP_SPEC=off}
-BEST16=$(python3 - <<'PY'
-import json, math
-d = json.load(open("tests/data/landscape_sdpa_fwd_mma_h200.json"))["points"]
-timed = lambda p: [s["median_us"] for s in p[1]["shapes"] if s.get("median_us")]
-best = min((p for p in d.items() if p[1]["status"] == "evaluated" and len(timed(p)) >= 5),
-           key=lambda p: sum(math.log(t) for t in timed(p)))
-print(best[0])
-PY
-)
+BEST16=$(python3 scripts/landscape_best.py tests/data/landscape_sdpa_fwd_mma_h200.json)
 echo "fp8 genome: $BEST8"; echo "fp16 genome (landscape): $BEST16"
 python3 scripts/torch_sdpa_baseline.py configs/sdpa_fp8.toml --out $T/torch.json 2>&1 | tail -n 8 | tee "$OUT/torch.txt"
 $EVO --json eval -c configs/sdpa_fp8.toml -g "$BEST8" > $T/eval_fp8.json 2> $T/eval_fp8.err; echo "fp8 eval exit $?"

@@ -472,8 +472,8 @@ impl Space {
                     .sum::<usize>()
             })
             .sum();
-        let (set, _) = greedy_cover(&valid, combined.clone(), pairs);
-        (set, possible - combined.len())
+        let excluded = possible - combined.len();
+        (greedy_cover(&valid, combined, pairs).0, excluded)
     }
 
     /// A valid genome drawn uniformly at random, or `None` if the space has none.

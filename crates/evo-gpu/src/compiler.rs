@@ -114,10 +114,10 @@ impl Compiler {
         }
         let start = Instant::now();
         let mut out = nvrtc::compile(&req.source, &req.name, &self.options)?;
-        // On an H200 the first of 16 concurrent compiles once came back successful with a
-        // CUBIN but without ptxas's report in its log (and so no resource usage). The
-        // report must describe the CUBIN's kernels; if it does not, compile again, and
-        // never cache a result whose report and CUBIN disagree.
+        // The report must describe the CUBIN's kernels (resource usage comes from it). On an
+        // H200 successful compiles came back without it: NVRTC's compute cache, now off
+        // (`--no-cache` above). Should a report still disagree, compile again, and never
+        // cache a result whose report and CUBIN disagree.
         let mut retries = 0;
         let mut mismatch = report_mismatch(&out);
         while let (Some(why), true) = (&mismatch, retries < 2) {
