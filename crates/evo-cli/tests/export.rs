@@ -228,7 +228,7 @@ fn export_writes_a_complete_artifact() {
     );
 
     // Manifest schema: every field the format promises.
-    assert_eq!(m["schema"], "evo-artifact-1");
+    assert_eq!(m["schema"], "evo-artifact-2");
     for key in [
         "evo_version",
         "exported_unix",
@@ -270,7 +270,8 @@ fn export_writes_a_complete_artifact() {
         assert_eq!(v["genome"], A);
         for key in [
             "specialization",
-            "launch",
+            "launches",
+            "constants",
             "resources",
             "shapes",
             "compile_key",
@@ -278,8 +279,12 @@ fn export_writes_a_complete_artifact() {
         ] {
             assert!(!v[key].is_null(), "variant lacks {key}");
         }
-        assert_eq!(v["launch"]["grid"][0], "ceil_div(SEQ_Q, BLOCK_M)");
-        assert_eq!(v["launch"]["constants"]["BLOCK_M"], 64);
+        assert_eq!(v["launches"].as_array().unwrap().len(), 1);
+        assert_eq!(v["launches"][0]["kernel"], "sdpa_fwd");
+        assert_eq!(v["launches"][0]["grid"][0], "ceil_div(SEQ_Q, BLOCK_M)");
+        assert!(v["launches"][0]["args"].is_null(), "the ABI: no own args");
+        assert!(v["scratch"].is_null(), "no scratch");
+        assert_eq!(v["constants"]["BLOCK_M"], 64);
     }
     let hd64 = &variants[0];
     assert_eq!(hd64["name"], "f16_hd64");
@@ -294,8 +299,14 @@ fn export_writes_a_complete_artifact() {
     assert_eq!(shapes[0]["median_us"], 10.0);
     assert_eq!(shapes[0]["max_abs_err"], 1.5e-3);
     // (1, 8, 512): grid ceil(512/64) x 8 x 1, 128 threads.
-    assert_eq!(shapes[0]["launch"]["grid"], serde_json::json!([8, 8, 1]));
-    assert_eq!(shapes[0]["launch"]["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(
+        shapes[0]["launches"][0]["grid"],
+        serde_json::json!([8, 8, 1])
+    );
+    assert_eq!(
+        shapes[0]["launches"][0]["block"],
+        serde_json::json!([128, 1, 1])
+    );
     assert_eq!(m["dispatch"]["mode"], "specialization");
 
     // kernel.cu is self-contained: NVRTC compiles it alone (only CUDA's own headers),
@@ -331,8 +342,8 @@ fn export_writes_a_complete_artifact() {
         "{readme}"
     );
 
-    check_python_plan(&out);
-    check_python_launch(&out);
+    check_python_plan(&out, 0);
+    check_python_launch(&out, 0);
     check_kernel_h(&out);
 
     // --force replaces it; without it, a non-empty folder is refused.
@@ -393,7 +404,7 @@ fn export_writes_a_complete_artifact() {
 
 /// evo_kernel.plan() on fake tensors (no torch, no GPU): the packed arguments equal the
 /// problem's own argument list, and the launch equals the manifest's, on every shape.
-fn check_python_plan(dir: &Path) {
+fn check_python_plan(dir: &Path, tmaps: usize) {
     let Some(py) = python() else { return };
     let script = root().join("crates/evo-cli/tests/artifact_plan.py");
     let o = std::process::Command::new(py)
@@ -426,12 +437,40 @@ fn check_python_plan(dir: &Path) {
             .iter()
             .find(|s| serde_json::from_value::<Vars>(s["shape"].clone()).unwrap() == shape)
             .unwrap();
-        assert_eq!(plan["grid"], rec["launch"]["grid"]);
-        assert_eq!(plan["block"], rec["launch"]["block"]);
-        assert_eq!(plan["shared_bytes"], rec["launch"]["shared_bytes"]);
-        let args = plan["args"].as_array().unwrap();
+        let launch = &plan["launches"][0];
+        assert_eq!(plan["launches"].as_array().unwrap().len(), 1);
+        assert_eq!(launch["grid"], rec["launches"][0]["grid"]);
+        assert_eq!(launch["block"], rec["launches"][0]["block"]);
+        assert_eq!(launch["shared_bytes"], rec["launches"][0]["shared_bytes"]);
+        assert_eq!(plan["scratch"], serde_json::json!([]));
+        let args = launch["args"].as_array().unwrap();
         let expected = problem.args(&shape);
-        assert_eq!(args.len(), expected.len());
+        assert_eq!(args.len(), expected.len() + tmaps);
+        // The tensor maps after the ABI (the Hopper family's q, k, v): each tensor as a
+        // contiguous (HEAD_DIM, seq, BATCH * HEADS) tensor read in 64-column boxes.
+        let int = |k: &str| shape[k].as_int().unwrap() as u64;
+        let c = &variant["constants"];
+        for (i, a) in args[expected.len()..].iter().enumerate() {
+            let (seq, rows) = if i == 0 {
+                (int("SEQ_Q"), c["BLOCK_M"].as_u64().unwrap())
+            } else {
+                (int("SEQ_KV"), c["BLOCK_N"].as_u64().unwrap())
+            };
+            let d = int("HEAD_DIM");
+            assert_eq!(a[1], "tensor_map", "{a}");
+            assert_eq!(
+                a[2],
+                serde_json::json!({
+                    "elem": "f16",
+                    "address": 4096 * (i as u64 + 1),
+                    "dims": [d, seq, int("BATCH") * int("HEADS")],
+                    "strides_bytes": [d * 2, d * seq * 2],
+                    "box": [64, rows, 1],
+                    "swizzle_bytes": 128,
+                }),
+                "{a}"
+            );
+        }
         for (a, e) in args.iter().zip(&expected) {
             match e {
                 ArgSlot::Input(i) => assert_eq!(a[2], 4096 * (*i as u64 + 1), "{a}"),
@@ -473,11 +512,21 @@ fn check_python_plan(dir: &Path) {
         let got = errors[case].as_str().unwrap_or("(no error)");
         assert!(got.contains(text), "{case}: {got}");
     }
+    // Padded rows: ABI strides take them, a tensor map does not.
+    let padded = errors["padded_rows"].as_str();
+    if tmaps > 0 {
+        assert!(
+            padded.is_some_and(|e| e.contains("must be contiguous for this variant")),
+            "{padded:?}"
+        );
+    } else {
+        assert_eq!(padded, None);
+    }
 }
 
 /// evo_kernel.attention() through ctypes into a fake libcuda.so.1 (and a fake torch):
 /// the driver calls it makes, and every launch parameter as the kernel would read it.
-fn check_python_launch(dir: &Path) {
+fn check_python_launch(dir: &Path, tmaps: usize) {
     let Some(py) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let fake = root().join("crates/evo-cli/tests/fake_cuda");
@@ -502,6 +551,7 @@ fn check_python_launch(dir: &Path) {
         .env("PYTHONPATH", &fake)
         .env("LD_LIBRARY_PATH", tmp.path())
         .env("FAKE_CUDA_LOG", &log)
+        .env("FAKE_CUDA_TMAPS", tmaps.to_string())
         .output()
         .unwrap();
     assert!(
@@ -561,7 +611,7 @@ fn check_python_launch(dir: &Path) {
             .iter()
             .find(|v| v["specialization"]["HEAD_DIM"] == d)
             .unwrap();
-        let c = &v["launch"]["constants"];
+        let c = &v["constants"];
         let block_m = c["BLOCK_M"].as_i64().unwrap();
         let smem = c["SMEM_BYTES"].as_i64().unwrap();
         let ptrs: Vec<String> = call["ptrs"]
@@ -583,6 +633,22 @@ fn check_python_launch(dir: &Path) {
                 ArgSlot::F32(x) => want.push_str(&format!(" {}", format_g7(*x))),
                 _ => unreachable!("pointers come first"),
             }
+        }
+        // Each tensor map (q, k, v) encoded over its tensor, and passed by value.
+        for (i, p) in ptrs.iter().take(tmaps).enumerate() {
+            want.push_str(&format!(" tmap:{p}"));
+            let (seq, rows) = if i == 0 {
+                (sq, block_m)
+            } else {
+                (skv, c["BLOCK_N"].as_i64().unwrap())
+            };
+            let encode = format!(
+                "tmap aligned 1 dtype 6 rank 3 address {p} dims {d} {seq} {} strides {} {} box 64 {rows} 1 element_strides 1 1 1 interleave 0 swizzle 3 l2 2 oob 0",
+                b * h,
+                d * 2,
+                d * seq * 2
+            );
+            assert!(log.contains(&encode), "{encode}\n{log}");
         }
         assert_eq!(*line, want);
         assert_eq!(call["out_shape"], serde_json::json!([b, h, sq, d]));
@@ -622,10 +688,10 @@ fn check_kernel_h(dir: &Path) {
         for s in v["shapes"].as_array().unwrap() {
             let sh = &s["shape"];
             main.push_str(&format!(
-                "  {{ auto d = evo_artifact::{}::launch_dims({}, {}, {}, {}); std::printf(\"%u %u %u %u %u %u %u\\n\", d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes); }}\n",
+                "  {{ auto d = evo_artifact::{}::launch_dims(0, {}, {}, {}, {}); std::printf(\"%u %u %u %u %u %u %u\\n\", d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes); }}\n",
                 v["name"].as_str().unwrap(), sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"]
             ));
-            let l = &s["launch"];
+            let l = &s["launches"][0];
             expected.push_str(&format!(
                 "{} {} {} {} {} {} {}\n",
                 l["grid"][0],
@@ -662,6 +728,31 @@ fn check_kernel_h(dir: &Path) {
     );
     let run = std::process::Command::new(&exe).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout), expected);
+    // launch() (scratch, tensor maps, every kernel) compiles too; not linked (no libcuda here).
+    let mut calls = String::from("#include \"kernel.h\"\n");
+    for (i, v) in m["variants"].as_array().unwrap().iter().enumerate() {
+        let zeros = vec!["0"; m["abi"]["params"].as_array().unwrap().len()].join(", ");
+        calls.push_str(&format!(
+            "CUresult call{i}(const CUfunction* f, CUstream s) {{ return evo_artifact::{}::launch(f, s, {zeros}, 0); }}\n",
+            v["name"].as_str().unwrap()
+        ));
+    }
+    std::fs::write(tmp.path().join("calls.cpp"), calls).unwrap();
+    let o = std::process::Command::new("g++")
+        .args(["-std=c++17", "-Wall", "-Werror", "-c", "-I"])
+        .arg(dir)
+        .arg("-I")
+        .arg(&include)
+        .arg(tmp.path().join("calls.cpp"))
+        .arg("-o")
+        .arg(tmp.path().join("calls.o"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "g++ -c: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -726,6 +817,107 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
             "the only head-dim-128 entry"
         );
     }
+}
+
+/// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
+const W: &str =
+    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,SETMAXNREG=true,STAGES=2,WARP_SPEC=on";
+
+/// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
+/// tensor maps) exports: the manifest names every argument, the Python binding encodes
+/// the maps over the call's tensors (through a fake driver) and refuses tensors a map
+/// cannot describe, kernel.h encodes them in C++.
+#[test]
+fn export_of_a_family_with_tensor_map_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(db.to_str().unwrap()).await.unwrap();
+        let run = store
+            .create_run(&NewRun {
+                name: "hopper".into(),
+                config_toml: std::fs::read_to_string(root().join("configs/sdpa_wgmma.toml"))
+                    .unwrap(),
+                problem: "sdpa_fwd".into(),
+                family: "sdpa_fwd_wgmma".into(),
+                seed: 1,
+                strategy: "evolution".into(),
+                evaluator: "gpu".into(),
+                device: Some("NVIDIA H200".into()),
+                driver: Some("CUDA 13.0".into()),
+                nvrtc_version: Some("13.0".into()),
+                arch: Some("sm_90a".into()),
+            })
+            .await
+            .unwrap();
+        let ids = store
+            .insert_candidates(
+                run,
+                &[NewCandidate::new(
+                    Genome::parse(W).unwrap(),
+                    0,
+                    Origin::Seed,
+                )],
+            )
+            .await
+            .unwrap();
+        let times: Vec<NewMeasurement> = shapes()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| measurement(s, Some(10.0 + i as f64)))
+            .collect();
+        let result = CandidateResult {
+            status: "evaluated".into(),
+            gate: None,
+            detail: Some(String::new()),
+            resources: None,
+            fitness: Some(1.1),
+            eval_ms: Some(1000.0),
+            source_key: None,
+        };
+        store.record_result(ids[0], &result, &times).await.unwrap();
+        store.close().await;
+    });
+    let out = tmp.path().join("art");
+    evo(&db)
+        .args(["export", "hopper", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let m = manifest(&out);
+    assert_eq!(m["family"], "sdpa_fwd_wgmma");
+    for v in m["variants"].as_array().unwrap() {
+        let launches = v["launches"].as_array().unwrap();
+        assert_eq!(launches.len(), 1);
+        let args = launches[0]["args"].as_array().unwrap();
+        assert_eq!(args.len(), 21 + 3);
+        assert_eq!(args[0], serde_json::json!({"param": "q"}));
+        assert_eq!(args[20], serde_json::json!({"param": "softmax_scale"}));
+        assert_eq!(
+            args[21],
+            serde_json::json!({"tensor_map": {
+                "param": "q",
+                "elem": "f16",
+                "dims": ["HEAD_DIM", "SEQ_Q", "BATCH * HEADS"],
+                "box_dims": ["64", "BLOCK_M", "1"],
+                "swizzle_bytes": 128,
+            }})
+        );
+        assert_eq!(args[23]["tensor_map"]["param"], "v");
+        assert_eq!(v["constants"]["BLOCK_M"], 128);
+        assert_eq!(v["constants"]["BLOCK_N"], 64);
+        assert_eq!(v["constants"]["HEAD_DIM"], v["specialization"]["HEAD_DIM"]);
+        assert_eq!(v["tensor_ops"]["HGMMA"].as_u64().map(|n| n > 0), Some(true));
+    }
+    check_python_plan(&out, 3);
+    check_python_launch(&out, 3);
+    check_kernel_h(&out);
+    // evo verify reads the arguments back (no GPU here: it stops after the hashes).
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(stdout.contains("hashes: ok"), "{stdout}");
+    assert!(stdout.contains("manifest: consistent"), "{stdout}");
 }
 
 #[test]

@@ -115,6 +115,9 @@ pub enum ArgRef {
     I64(Expr),
     /// A named argument list of the problem ([`Problem::arg_lists`]).
     List(String),
+    /// The problem's ABI argument at this index of [`Problem::args`] (how an exported
+    /// artifact's launch names an ABI parameter).
+    Abi(usize),
     /// `tmap:INPUT:DIMS:BOX:SWIZZLE`: a TMA tensor map over input `input` viewed as a
     /// contiguous tensor of `dims` (innermost first, `;`-separated expressions), read in
     /// `boxes` boxes, shared-memory swizzle `swizzle` bytes (0, 32, 64, 128).
@@ -769,92 +772,12 @@ impl Family {
         if !self.is_multi_arg() {
             return Ok(Vec::new());
         }
-        let mut all = vars.clone();
-        all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let scope = evo_core::expr::Scope::from_vars(&all);
-        let lists = self.problem.arg_lists(shape);
-        self.launches
-            .iter()
-            .zip(&self.launch_args)
-            .map(|(rule, args)| {
-                let Some(args) = args else {
-                    return Ok(self.problem.args(shape));
-                };
-                let mut out = Vec::new();
-                for a in args {
-                    let eval = |e: &Expr| {
-                        e.eval_int(&scope)
-                            .map_err(|err| format!("arguments of `{}`: {err}", rule.kernel))
-                    };
-                    match a {
-                        ArgRef::Slot(s) => out.push(*s),
-                        ArgRef::I64(e) => out.push(ArgSlot::I64(eval(e)?)),
-                        ArgRef::I32(e) => {
-                            let v = eval(e)?;
-                            let v = i32::try_from(v).map_err(|_| {
-                                format!(
-                                    "arguments of `{}`: i32:{} = {v} does not fit in 32 bits",
-                                    rule.kernel,
-                                    e.source()
-                                )
-                            })?;
-                            out.push(ArgSlot::I32(v));
-                        }
-                        ArgRef::TensorMap {
-                            input,
-                            dims,
-                            boxes,
-                            swizzle,
-                        } => {
-                            let elem = self
-                                .problem
-                                .inputs(shape)
-                                .get(*input)
-                                .map(|t| t.elem)
-                                .ok_or_else(|| format!("no input {input}"))?;
-                            out.push(ArgSlot::TensorMap(tensor_map_slot(
-                                *input, elem, dims, boxes, *swizzle, &eval,
-                            )?));
-                        }
-                        ArgRef::List(name) => out.extend(
-                            lists
-                                .iter()
-                                .find(|(n, _)| n == name)
-                                .map(|(_, l)| l.clone())
-                                .ok_or_else(|| format!("no argument list `{name}`"))?,
-                        ),
-                    }
-                }
-                Ok(out)
-            })
-            .collect()
+        resolve_launch_args(self.problem, &self.launches, &self.launch_args, vars, shape)
     }
 
     /// The scratch buffers of a genome on a (complete) shape, in [`ArgSlot::Scratch`] order.
     pub fn scratch_specs(&self, vars: &Vars, shape: &Vars) -> Result<Vec<TensorSpec>, String> {
-        let mut all = vars.clone();
-        all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let scope = evo_core::expr::Scope::from_vars(&all);
-        self.scratch
-            .iter()
-            .map(|s| {
-                let len = s
-                    .len
-                    .eval_int(&scope)
-                    .map_err(|e| format!("scratch `{}`: {e}", s.name))?;
-                if len < 1 {
-                    return Err(format!(
-                        "scratch `{}`: len = {len}; it must be at least 1",
-                        s.name
-                    ));
-                }
-                Ok(TensorSpec {
-                    name: s.name.clone(),
-                    elem: s.elem.unwrap_or_else(|| dtype(shape)),
-                    len: len as usize,
-                })
-            })
-            .collect()
+        resolve_scratch(&self.scratch, vars, shape)
     }
 
     /// Renders the template over a genome's full variables (context, knobs, derived).
@@ -964,6 +887,121 @@ impl Family {
         }
         Ok(())
     }
+}
+
+/// Each kernel's arguments (`launch_args[i]`, `None`: the problem's ABI) for a genome's
+/// variables plus a (complete) shape, in launch order. A [`Family`] and an exported
+/// artifact (`evo verify`) resolve their argument lists with this one function.
+pub fn resolve_launch_args(
+    problem: &dyn Problem,
+    launches: &[LaunchRule],
+    launch_args: &[Option<Vec<ArgRef>>],
+    vars: &Vars,
+    shape: &Vars,
+) -> Result<Vec<Vec<ArgSlot>>, String> {
+    let mut all = vars.clone();
+    all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let scope = evo_core::expr::Scope::from_vars(&all);
+    let abi = problem.args(shape);
+    let lists = problem.arg_lists(shape);
+    launches
+        .iter()
+        .zip(launch_args)
+        .map(|(rule, args)| {
+            let Some(args) = args else {
+                return Ok(abi.clone());
+            };
+            let mut out = Vec::new();
+            for a in args {
+                let eval = |e: &Expr| {
+                    e.eval_int(&scope)
+                        .map_err(|err| format!("arguments of `{}`: {err}", rule.kernel))
+                };
+                match a {
+                    ArgRef::Slot(s) => out.push(*s),
+                    ArgRef::Abi(i) => out.push(*abi.get(*i).ok_or_else(|| {
+                        format!(
+                            "arguments of `{}`: ABI argument {i} of {}",
+                            rule.kernel,
+                            abi.len()
+                        )
+                    })?),
+                    ArgRef::I64(e) => out.push(ArgSlot::I64(eval(e)?)),
+                    ArgRef::I32(e) => {
+                        let v = eval(e)?;
+                        let v = i32::try_from(v).map_err(|_| {
+                            format!(
+                                "arguments of `{}`: i32:{} = {v} does not fit in 32 bits",
+                                rule.kernel,
+                                e.source()
+                            )
+                        })?;
+                        out.push(ArgSlot::I32(v));
+                    }
+                    ArgRef::TensorMap {
+                        input,
+                        dims,
+                        boxes,
+                        swizzle,
+                    } => {
+                        let elem = problem
+                            .inputs(shape)
+                            .get(*input)
+                            .map(|t| t.elem)
+                            .ok_or_else(|| format!("no input {input}"))?;
+                        out.push(ArgSlot::TensorMap(tensor_map_slot(
+                            *input, elem, dims, boxes, *swizzle, &eval,
+                        )?));
+                    }
+                    ArgRef::List(name) => {
+                        let range = lists
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map(|(_, r)| r.clone())
+                            .ok_or_else(|| format!("no argument list `{name}`"))?;
+                        out.extend(
+                            abi.get(range).ok_or_else(|| {
+                                format!("argument list `{name}` runs past the ABI")
+                            })?,
+                        );
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// The scratch buffers of `scratch` for a genome's variables on a (complete) shape, in
+/// [`ArgSlot::Scratch`] order.
+pub fn resolve_scratch(
+    scratch: &[ScratchRule],
+    vars: &Vars,
+    shape: &Vars,
+) -> Result<Vec<TensorSpec>, String> {
+    let mut all = vars.clone();
+    all.extend(shape.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let scope = evo_core::expr::Scope::from_vars(&all);
+    scratch
+        .iter()
+        .map(|s| {
+            let len = s
+                .len
+                .eval_int(&scope)
+                .map_err(|e| format!("scratch `{}`: {e}", s.name))?;
+            if len < 1 {
+                return Err(format!(
+                    "scratch `{}`: len = {len}; it must be at least 1",
+                    s.name
+                ));
+            }
+            Ok(TensorSpec {
+                name: s.name.clone(),
+                elem: s.elem.unwrap_or_else(|| dtype(shape)),
+                len: len as usize,
+            })
+        })
+        .collect()
 }
 
 /// A tensor-map slot over a contiguous tensor: byte strides from the dimensions and the

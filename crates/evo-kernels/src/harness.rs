@@ -35,6 +35,17 @@ impl ElemType {
         }
     }
 
+    /// The name [`ElemType::from_dtype`] reads.
+    pub fn dtype_name(self) -> &'static str {
+        match self {
+            ElemType::F16 => "f16",
+            ElemType::Bf16 => "bf16",
+            ElemType::F32 => "f32",
+            ElemType::E4m3 => "e4m3",
+            ElemType::U8 => "u8",
+        }
+    }
+
     pub fn size(self) -> usize {
         match self {
             ElemType::F16 | ElemType::Bf16 => 2,
@@ -238,7 +249,7 @@ pub(crate) fn int(shape: &Vars, name: &str) -> i64 {
     shape.get(name).and_then(Value::as_int).unwrap_or(0)
 }
 
-pub(crate) fn dtype(shape: &Vars) -> ElemType {
+pub fn dtype(shape: &Vars) -> ElemType {
     shape
         .get("DTYPE")
         .and_then(Value::as_str)

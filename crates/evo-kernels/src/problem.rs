@@ -106,10 +106,11 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     /// The candidate kernel's arguments, in ABI order.
     fn args(&self, shape: &Vars) -> Vec<ArgSlot>;
     /// Named argument lists a multi-kernel family may splice into a launch's `args`
-    /// (`"@name"`): always `abi` (= [`Problem::args`]), plus what the problem offers
-    /// (e.g. the scalars after the pointers). Only inputs, the output and scalars.
-    fn arg_lists(&self, shape: &Vars) -> Vec<(&'static str, Vec<ArgSlot>)> {
-        vec![("abi", self.args(shape))]
+    /// (`"@name"`), as ranges of [`Problem::args`] (so an artifact can name each
+    /// argument): always `abi` (all of it), plus what the problem offers (e.g. the
+    /// scalars after the pointers).
+    fn arg_lists(&self, shape: &Vars) -> Vec<(&'static str, std::ops::Range<usize>)> {
+        vec![("abi", 0..self.args(shape).len())]
     }
     /// Seeded inputs of one kind, one tensor per [`Problem::inputs`] entry.
     fn generate(&self, shape: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor>;

@@ -2,16 +2,17 @@
 
 Written by `evo export` next to manifest.json and the CUBINs it describes. Needs only
 PyTorch and the CUDA driver (libcuda.so.1): no evo, no Rust, no compiler. The CUBIN is
-loaded with cuModuleLoadData into the device's primary context (the one PyTorch uses)
-and launched with cuLaunchKernel on PyTorch's current stream.
+loaded with cuModuleLoadData into the device's primary context (the one PyTorch uses);
+a variant's kernels (one, or several with scratch buffers and TMA tensor maps) are
+launched in order with cuLaunchKernel on PyTorch's current stream.
 
     import sys; sys.path.insert(0, "path/to/artifact")
     from evo_kernel import attention
     o = attention(q, k, v, causal=False)   # q: (batch, heads, seq_q, head_dim), k, v: (batch, heads, seq_kv, head_dim)
 
-`plan()` does every check and computes the launch (variant, grid, block, shared memory,
-packed arguments) without touching a GPU or importing torch; `attention()` adds the
-driver calls.
+`plan()` does every check and computes the launches (variant; per kernel grid, block,
+shared memory and arguments; scratch sizes) without touching a GPU or importing torch;
+`attention()` adds the allocations and the driver calls.
 """
 import ast
 import ctypes
@@ -23,14 +24,18 @@ import os
 _DIR = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_DIR, "manifest.json")) as _f:
     MANIFEST = json.load(_f)
-if MANIFEST.get("schema") != "evo-artifact-1":
-    raise ImportError(f"{_DIR}/manifest.json has schema {MANIFEST.get('schema')!r}; this evo_kernel.py reads 'evo-artifact-1'")
+if MANIFEST.get("schema") != "evo-artifact-2":
+    raise ImportError(f"{_DIR}/manifest.json has schema {MANIFEST.get('schema')!r}; this evo_kernel.py reads 'evo-artifact-2'")
 if MANIFEST["problem"] != "sdpa_fwd":
     raise ImportError(f"this artifact is for problem {MANIFEST['problem']!r}; evo_kernel.attention implements sdpa_fwd")
 
 # str(tensor.dtype) -> the artifact's DTYPE.
 DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16"}
 _CTYPES = {"pointer": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "e4m3": 1, "u8": 1}
+# CUtensorMapDataType and CUtensorMapSwizzle values (cuda.h).
+_TMAP_DTYPE = {"u8": 0, "e4m3": 0, "f16": 6, "f32": 7, "bf16": 9}
+_TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _VARIANTS = {v["name"]: v for v in MANIFEST["variants"]}
 
 
@@ -70,19 +75,17 @@ def eval_expr(text, env):
     return ev(ast.parse(text, mode="eval"))
 
 
-def launch_dims(variant, shape):
-    """(grid, block, shared_bytes) of a variant (manifest entry) for a shape (dict of the
-    run-time variables, e.g. BATCH, HEADS, SEQ_Q, SEQ_KV)."""
-    rule = variant["launch"]
-    env = dict(rule["constants"])
-    env.update(shape)
+def launch_dims(rule, env):
+    """(grid, block, shared_bytes) of one launch rule of the manifest for `env` (the
+    variant's constants and the run-time shape variables, e.g. BATCH, HEADS, SEQ_Q, SEQ_KV)."""
     grid = [eval_expr(e, env) for e in rule["grid"]]
     block = [eval_expr(e, env) for e in rule["block"]]
     smem = eval_expr(rule["shared_bytes"], env)
     limits = [(grid[0], 2**31 - 1, "grid.x"), (grid[1], 65535, "grid.y"), (grid[2], 65535, "grid.z")]
     for value, top, what in limits:
         if not 1 <= value <= top:
-            raise ArtifactError(f"{what} = {value} is out of range 1..{top} for shape {shape}")
+            shape = {k: env[k] for k in MANIFEST["shape_vars"] if k in env}
+            raise ArtifactError(f"kernel {rule['kernel']}: {what} = {value} is out of range 1..{top} for shape {shape}")
     return grid, block, smem
 
 
@@ -107,27 +110,53 @@ def select(spec, shape):
     return _VARIANTS[best["variant"]]
 
 
-class Plan:
-    """Everything a launch needs: variant, geometry and the packed ABI arguments."""
+class Launch:
+    """One kernel launch: name, geometry and arguments [(name, kind, value)], kind one of
+    pointer, i32, i64, f32 or tensor_map (value: the map's description, see plan())."""
 
-    def __init__(self, variant, grid, block, shared_bytes, args, out_shape):
-        self.variant, self.grid, self.block, self.shared_bytes = variant, grid, block, shared_bytes
-        self.args = args  # [(name, kind, value)] in ABI order
-        self.out_shape = out_shape
+    def __init__(self, kernel, grid, block, shared_bytes, args):
+        self.kernel, self.grid, self.block, self.shared_bytes, self.args = kernel, grid, block, shared_bytes, args
 
     def as_dict(self):
-        return {"variant": self.variant["name"], "grid": self.grid, "block": self.block,
+        return {"kernel": self.kernel, "grid": self.grid, "block": self.block,
                 "shared_bytes": self.shared_bytes, "args": [list(a) for a in self.args]}
 
 
-def plan(q, k, v, causal=False, scale=None, out=None):
-    """Checks q, k, v (and out, if given) and computes the launch, without a GPU.
+class Plan:
+    """Everything a call needs: the variant, its launches in order and its scratch
+    buffers [(name, bytes)]."""
+
+    def __init__(self, variant, launches, scratch, out_shape):
+        self.variant, self.launches, self.scratch, self.out_shape = variant, launches, scratch, out_shape
+
+    def as_dict(self):
+        return {"variant": self.variant["name"], "launches": [l.as_dict() for l in self.launches],
+                "scratch": [list(s) for s in self.scratch]}
+
+
+def scratch_sizes(variant, env):
+    """[(name, bytes)] of a variant's scratch buffers for `env` (constants and shape)."""
+    out = []
+    for s in variant.get("scratch", []):
+        n = eval_expr(s["len"], env)
+        if n < 1:
+            raise ArtifactError(f"scratch {s['name']}: {n} elements")
+        out.append((s["name"], n * _ELEM_BYTES[s["elem"]]))
+    return out
+
+
+def plan(q, k, v, causal=False, scale=None, out=None, scratch=None, copies_made=False):
+    """Checks q, k, v (and out, if given) and computes the launches, without a GPU.
 
     q: (batch, heads, seq_q, head_dim); k, v: (batch, heads, seq_kv, head_dim); same
     dtype (float16 or bfloat16, as the artifact was built) and CUDA device; last dim
-    contiguous; other strides multiples of 8 elements, data 16-byte aligned. `out` is
-    the output tensor (batch, heads, seq_q, head_dim); None plans for a contiguous one
-    at address 0."""
+    contiguous; other strides multiples of 8 elements, data 16-byte aligned (a variant
+    that reads a tensor through a TMA tensor map needs that tensor contiguous). `out` is
+    the output tensor (batch, heads, seq_q, head_dim); None plans for a contiguous one at
+    address 0. `scratch`: {name: device address} of the variant's scratch buffers (sizes
+    from scratch_sizes()); None plans with address 0. `copies_made`: the caller will pass
+    contiguous copies of the tensors a tensor map reads (attention() does), so their
+    layout is not checked."""
     names = ("q", "k", "v")
     for name, t in zip(names, (q, k, v)):
         if len(t.shape) != 4:
@@ -151,7 +180,8 @@ def plan(q, k, v, causal=False, scale=None, out=None):
     spec = {"CAUSAL": bool(causal), "DTYPE": DTYPES[str(q.dtype)], "HEAD_DIM": D}
     shape = {"BATCH": B, "HEADS": H, "SEQ_KV": SKV, "SEQ_Q": SQ}
     variant = select(spec, shape)
-    grid, block, smem = launch_dims(variant, shape)
+    env = dict(variant["constants"])
+    env.update(shape)
     if out is None:
         o_strides, o_ptr = (H * SQ * D, SQ * D, D, 1), 0
     else:
@@ -160,7 +190,8 @@ def plan(q, k, v, causal=False, scale=None, out=None):
         o_strides, o_ptr = tuple(out.stride()), out.data_ptr()
     values = {"batch": B, "heads": H, "seq_q": SQ, "seq_kv": SKV,
               "softmax_scale": float(1.0 / math.sqrt(D) if scale is None else scale)}
-    for name, strides, ptr in [(n, tuple(t.stride()), t.data_ptr()) for n, t in zip(names, (q, k, v))] + [("o", o_strides, o_ptr)]:
+    tensors = {}  # name -> (shape, strides, address)
+    for name, shp, strides, ptr in [(n, tuple(t.shape), tuple(t.stride()), t.data_ptr()) for n, t in zip(names, (q, k, v))] + [("o", (B, H, SQ, D), o_strides, o_ptr)]:
         if strides[3] != 1 and D > 1:
             raise ArtifactError(f"{name} must be contiguous in its last dimension (stride {strides[3]}); call .contiguous()")
         for dim, s in zip(("batch", "head", "seq"), strides[:3]):
@@ -170,12 +201,50 @@ def plan(q, k, v, causal=False, scale=None, out=None):
         if ptr % 16 != 0:
             raise ArtifactError(f"{name}'s data is not 16-byte aligned (address {ptr:#x}); call .contiguous() or .clone()")
         values[name] = ptr
-    args = []
+        tensors[name] = (shp, strides, ptr)
+    kinds = {p["name"]: p["kind"] for p in MANIFEST["abi"]["params"]}
     for p in MANIFEST["abi"]["params"]:
         if p["name"] not in values:
             raise ArtifactError(f"the ABI parameter {p['name']} ({p['ctype']}) is unknown to this evo_kernel.py")
-        args.append((p["name"], p["kind"], values[p["name"]]))
-    return Plan(variant, grid, block, smem, args, (B, H, SQ, D))
+    sizes = scratch_sizes(variant, env)
+    scratch = scratch if scratch is not None else {n: 0 for n, _ in sizes}
+    launches = []
+    for rule in variant["launches"]:
+        grid, block, smem = launch_dims(rule, env)
+        args = []
+        for a in rule.get("args") or [{"param": p["name"]} for p in MANIFEST["abi"]["params"]]:
+            if "param" in a:
+                args.append((a["param"], kinds[a["param"]], values[a["param"]]))
+            elif "scratch" in a:
+                args.append((a["scratch"], "pointer", scratch[a["scratch"]]))
+            elif "i32" in a or "i64" in a:
+                kind = "i32" if "i32" in a else "i64"
+                x = eval_expr(a[kind], env)
+                if kind == "i32" and not -2**31 <= x < 2**31:
+                    raise ArtifactError(f"kernel {rule['kernel']}: i32 argument {a[kind]} = {x} does not fit in 32 bits")
+                args.append((a[kind], kind, x))
+            elif "tensor_map" in a:
+                t = a["tensor_map"]
+                shp, strides, ptr = tensors[t["param"]]
+                contiguous, acc = [], 1
+                for n in reversed(shp):
+                    contiguous.insert(0, acc)
+                    acc *= n
+                dims = [eval_expr(e, env) for e in t["dims"]]
+                if not copies_made and tuple(strides) != tuple(contiguous) or math.prod(dims) != acc:
+                    raise ArtifactError(f"{t['param']} must be contiguous for this variant (it reads it through a TMA tensor map); call .contiguous()")
+                elem = _ELEM_BYTES[t["elem"]]
+                tmap_strides, s = [], elem
+                for n in dims[:-1]:
+                    s *= n
+                    tmap_strides.append(s)
+                args.append((f"tensor_map({t['param']})", "tensor_map",
+                             {"elem": t["elem"], "address": ptr, "dims": dims, "strides_bytes": tmap_strides,
+                              "box": [eval_expr(e, env) for e in t["box_dims"]], "swizzle_bytes": t["swizzle_bytes"]}))
+            else:
+                raise ArtifactError(f"kernel {rule['kernel']}: argument {a} is unknown to this evo_kernel.py")
+        launches.append(Launch(rule["kernel"], grid, block, smem, args))
+    return Plan(variant, launches, sizes, (B, H, SQ, D))
 
 
 # ---- the CUDA driver, through ctypes ------------------------------------------------------
@@ -198,8 +267,10 @@ class _Driver:
         L.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(vp)]
         L.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
         L.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        L.cuTensorMapEncodeTiled.argtypes = [vp, ctypes.c_int, u, vp, u64p, u64p, u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         self.check(L.cuInit(0), "cuInit")
-        self.contexts, self.functions, self.smem_set = {}, {}, {}
+        self.contexts, self.modules, self.functions, self.smem_set = {}, {}, {}, {}
 
     def check(self, result, what):
         if result != 0:
@@ -215,23 +286,43 @@ class _Driver:
             self.contexts[ordinal] = ctx
         return self.contexts[ordinal]
 
-    def function(self, ordinal, variant):
+    def function(self, ordinal, variant, kernel):
         key = (ordinal, variant["name"])
-        if key not in self.functions:
+        if key not in self.modules:
             path = os.path.join(_DIR, variant["cubin_file"])
             with open(path, "rb") as f:
                 image = f.read()
             if hashlib.sha256(image).hexdigest() != MANIFEST["files"][variant["cubin_file"]]:
                 raise RuntimeError(f"{path} does not match the SHA-256 in manifest.json; the artifact was modified")
-            module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+            module = ctypes.c_void_p()
             pushed = self._push(ordinal)
             try:
                 self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), f"cuModuleLoadData({variant['cubin_file']})")
-                self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, variant["launch"]["kernel"].encode()), "cuModuleGetFunction")
             finally:
                 self._pop(pushed)
-            self.functions[key] = fn
-        return self.functions[key]
+            self.modules[key] = module
+        fkey = key + (kernel,)
+        if fkey not in self.functions:
+            fn = ctypes.c_void_p()
+            self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), self.modules[key], kernel.encode()), f"cuModuleGetFunction({kernel})")
+            self.functions[fkey] = fn
+        return self.functions[fkey]
+
+    def tensor_map(self, t):
+        """A 128-byte CUtensorMap (in a 128-byte aligned buffer) for a plan's tensor_map
+        argument; returns (buffer, address) (keep the buffer alive until the launch)."""
+        buf = ctypes.create_string_buffer(256)
+        addr = (ctypes.addressof(buf) + 127) // 128 * 128
+        rank = len(t["dims"])
+        dims = (ctypes.c_uint64 * rank)(*t["dims"])
+        strides = (ctypes.c_uint64 * max(rank - 1, 1))(*(t["strides_bytes"] or [0]))
+        box = (ctypes.c_uint32 * rank)(*t["box"])
+        ones = (ctypes.c_uint32 * rank)(*([1] * rank))
+        # No interleave, the given swizzle, L2 promotion 128 B, out-of-bounds elements zero.
+        self.check(self.lib.cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMAP_DTYPE[t["elem"]], rank, ctypes.c_void_p(t["address"]),
+                                                   dims, strides, box, ones, 0, _TMAP_SWIZZLE[t["swizzle_bytes"]], 2, 0),
+                   "cuTensorMapEncodeTiled")
+        return buf, addr
 
     def _push(self, ordinal):
         """Makes the device's primary context current; False when it already was (as on
@@ -248,18 +339,28 @@ class _Driver:
             self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
 
     def launch(self, ordinal, p, stream):
-        fn = self.function(ordinal, p.variant)
-        values = [_CTYPES[kind](value) for _, kind, value in p.args]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
         pushed = self._push(ordinal)
         try:
-            key = (ordinal, p.variant["name"])
-            if p.shared_bytes > 48 * 1024 and self.smem_set.get(key, 0) < p.shared_bytes:
-                self.check(self.lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, p.shared_bytes),
-                           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-                self.smem_set[key] = p.shared_bytes
-            self.check(self.lib.cuLaunchKernel(fn, *p.grid, *p.block, p.shared_bytes, ctypes.c_void_p(stream), params, None),
-                       "cuLaunchKernel")
+            for l in p.launches:
+                fn = self.function(ordinal, p.variant, l.kernel)
+                keep, ptrs = [], []
+                for _, kind, value in l.args:
+                    if kind == "tensor_map":
+                        buf, addr = self.tensor_map(value)
+                        keep.append(buf)
+                        ptrs.append(addr)
+                    else:
+                        x = _CTYPES[kind](value)
+                        keep.append(x)
+                        ptrs.append(ctypes.addressof(x))
+                params = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+                key = (ordinal, p.variant["name"], l.kernel)
+                if l.shared_bytes > 48 * 1024 and self.smem_set.get(key, 0) < l.shared_bytes:
+                    self.check(self.lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.shared_bytes),
+                               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+                    self.smem_set[key] = l.shared_bytes
+                self.check(self.lib.cuLaunchKernel(fn, *l.grid, *l.block, l.shared_bytes, ctypes.c_void_p(stream), params, None),
+                           f"cuLaunchKernel({l.kernel})")
         finally:
             self._pop(pushed)
 
@@ -281,17 +382,26 @@ def _check_arch(torch, device):
 
 def attention(q, k, v, causal=False, scale=None):
     """O = softmax(scale * Q K^T (+ causal mask, top-left aligned as PyTorch's is_causal)) V,
-    with scale 1/sqrt(head_dim) by default. Returns a new contiguous tensor shaped like q."""
+    with scale 1/sqrt(head_dim) by default. Returns a new contiguous tensor shaped like q.
+    Inputs the chosen variant reads through TMA tensor maps are made contiguous first (a
+    copy when they are not)."""
     global _driver
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ArtifactError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-    plan(q, k, v, causal, scale)  # checks before allocating
+    # A variant that reads a tensor through a TMA tensor map needs it contiguous: copy those
+    # that are not (plan() alone refuses them, as it cannot copy).
+    first = plan(q, k, v, causal, scale, copies_made=True)  # checks before allocating
+    mapped = {a["tensor_map"]["param"] for l in first.variant["launches"] for a in (l.get("args") or []) if "tensor_map" in a}
+    q, k, v = (t if name not in mapped or t.is_contiguous() else t.contiguous() for name, t in zip(("q", "k", "v"), (q, k, v)))
     _check_arch(torch, q.device)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    p = plan(q, k, v, causal, scale, out=o)
+    sizes = first.scratch
+    # Scratch from PyTorch's caching allocator (256-byte aligned), alive until the launch is queued.
+    buffers = {name: torch.empty(n, dtype=torch.uint8, device=q.device) for name, n in sizes}
+    p = plan(q, k, v, causal, scale, out=o, scratch={name: b.data_ptr() for name, b in buffers.items()})
     if _driver is None:
         _driver = _Driver()
     stream = torch.cuda.current_stream(q.device).cuda_stream

@@ -21,8 +21,21 @@ fn c_param(kind: &str, name: &str) -> String {
     }
 }
 
-/// `kernel.h`: per variant, its CUBIN file, `launch_dims(shape)` from the launch rule and
-/// `launch(function, stream, ABI arguments...)`.
+/// `CUtensorMapDataType` of an artifact element type.
+fn c_tensor_map_dtype(elem: &str) -> Result<&'static str> {
+    Ok(match elem {
+        "f16" => "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+        "bf16" => "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+        "f32" => "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+        "e4m3" | "u8" => "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+        other => bail!("no CUtensorMapDataType for element type `{other}`"),
+    })
+}
+
+/// `kernel.h`: per variant, its CUBIN file and kernel names, `launch_dims(kernel,
+/// shape)` from the launch rules, `workspace_bytes(shape)` (scratch) and
+/// `launch(functions, stream, ABI arguments..., workspace)`, which encodes the tensor
+/// maps and launches every kernel in order.
 pub fn kernel_h(m: &Manifest) -> Result<String> {
     let mut h = String::new();
     let first = &m.variants[0];
@@ -53,15 +66,24 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         .iter()
         .map(|p| c_param(&p.kind, &p.name))
         .collect();
+    let shape_args = m
+        .shape_vars
+        .iter()
+        .map(|s| s.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(", ");
     writeln!(
         h,
         "// kernel.h: C/C++ launch helper for the evo artifact in this folder (written by evo export {}).\n\
          // Problem {}, family {}, run {}. manifest.json has the measurements; README.md the details.\n\
          //\n\
          // Usage (CUDA driver API, link with -lcuda):\n\
-         //   CUmodule mod; cuModuleLoad(&mod, evo_artifact::{v}::cubin);   // path relative to this folder\n\
-         //   CUfunction fn; cuModuleGetFunction(&fn, mod, evo_artifact::{v}::kernel);\n\
-         //   evo_artifact::{v}::launch(fn, stream, {args});\n\
+         //   namespace v = evo_artifact::{v};\n\
+         //   CUmodule mod; cuModuleLoad(&mod, v::cubin);   // path relative to this folder\n\
+         //   CUfunction fns[v::num_kernels];\n\
+         //   for (int i = 0; i < v::num_kernels; ++i) cuModuleGetFunction(&fns[i], mod, v::kernels[i]);\n\
+         //   // scratch: v::workspace_bytes({shape}) bytes of device memory (0: pass 0)\n\
+         //   v::launch(fns, stream, {args}, workspace);\n\
          //\n\
          // Kernel ABI:\n//   {}",
         m.evo_version,
@@ -70,6 +92,7 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         m.source.run,
         m.abi.text.replace('\n', "\n//   "),
         v = first.name,
+        shape = shape_args,
         args = m
             .abi
             .params
@@ -85,13 +108,42 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
          inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }\n\
          inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }\n\
          inline long long min(long long a, long long b) { return a < b ? a : b; }\n\
-         inline long long max(long long a, long long b) { return a > b ? a : b; }\n",
+         inline long long max(long long a, long long b) { return a > b ? a : b; }\n\n\
+         // A tiled tensor map over a contiguous tensor of dims[0..rank) elements (innermost first):\n\
+         // no interleave, element strides 1, L2 promotion 128 B, out-of-bounds elements read as zero.\n\
+         inline CUresult encode_tensor_map(CUtensorMap* map, CUtensorMapDataType dtype, CUdeviceptr address,\n\
+         \x20                                 unsigned rank, const cuuint64_t* dims, unsigned elem_bytes,\n\
+         \x20                                 const cuuint32_t* box, CUtensorMapSwizzle swizzle) {\n\
+         \x20   cuuint64_t strides[4];\n\
+         \x20   cuuint64_t stride = elem_bytes;\n\
+         \x20   for (unsigned i = 0; i + 1 < rank; ++i) { stride *= dims[i]; strides[i] = stride; }\n\
+         \x20   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};\n\
+         \x20   return cuTensorMapEncodeTiled(map, dtype, rank, reinterpret_cast<void*>(address), dims, strides, box,\n\
+         \x20                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,\n\
+         \x20                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);\n\
+         }\n",
     );
     writeln!(
         h,
         "\n// Dispatch ({}): {}",
         m.dispatch.mode, m.dispatch.rule
     )?;
+    // The variables every expression of a variant may read, as C++ constants.
+    let bind = |v: &super::manifest::Variant, from_abi: bool| -> String {
+        let mut b = String::new();
+        for (name, value) in &v.constants {
+            let _ = writeln!(b, "    const long long {name} = {value};");
+        }
+        for s in &m.shape_vars {
+            if from_abi {
+                let _ = writeln!(b, "    const long long {s} = {};", s.to_lowercase());
+            }
+        }
+        for name in v.constants.keys().chain(&m.shape_vars) {
+            let _ = writeln!(b, "    (void){name};");
+        }
+        b
+    };
     for v in &m.variants {
         writeln!(
             h,
@@ -103,66 +155,147 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         )?;
         writeln!(h, "namespace {} {{", v.name)?;
         writeln!(h, "constexpr const char* cubin = \"{}\";", v.cubin_file)?;
-        writeln!(h, "constexpr const char* kernel = \"{}\";", v.launch.kernel)?;
+        writeln!(h, "constexpr int num_kernels = {};", v.launches.len())?;
         writeln!(
             h,
-            "inline LaunchDims launch_dims({}) {{",
+            "constexpr const char* kernels[num_kernels] = {{{}}};",
+            v.launches
+                .iter()
+                .map(|l| format!("\"{}\"", l.kernel))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        writeln!(
+            h,
+            "// The launch rule of kernels[kernel].\n\
+             inline LaunchDims launch_dims(int kernel, {}) {{",
             shape_params.join(", ")
         )?;
-        for (name, value) in &v.launch.constants {
-            writeln!(h, "    const long long {name} = {value};")?;
-        }
-        for s in &m.shape_vars {
-            writeln!(h, "    (void){s};")?;
-        }
+        h.push_str(&bind(v, false));
+        h.push_str("    switch (kernel) {\n");
         let dim = |e: &String| format!("(unsigned)({e})");
+        for (i, l) in v.launches.iter().enumerate() {
+            writeln!(
+                h,
+                "    case {i}: return LaunchDims{{{{{}}}, {{{}}}, {}}};",
+                l.grid.iter().map(dim).collect::<Vec<_>>().join(", "),
+                l.block.iter().map(dim).collect::<Vec<_>>().join(", "),
+                dim(&l.shared_bytes)
+            )?;
+        }
+        h.push_str("    default: return LaunchDims{{0, 0, 0}, {0, 0, 0}, 0};\n    }\n}\n");
+        // Scratch buffers lie in one workspace, each at a 256-byte aligned offset.
+        let elem_bytes = |e: &str| -> Result<u32> {
+            Ok(match e {
+                "f16" | "bf16" => 2,
+                "f32" => 4,
+                "e4m3" | "u8" => 1,
+                other => bail!("scratch of element type `{other}`"),
+            })
+        };
         writeln!(
             h,
-            "    LaunchDims d = {{{{{}}}, {{{}}}, {}}};\n    return d;\n}}",
-            v.launch.grid.iter().map(dim).collect::<Vec<_>>().join(", "),
-            v.launch
-                .block
-                .iter()
-                .map(dim)
-                .collect::<Vec<_>>()
-                .join(", "),
-            dim(&v.launch.shared_bytes)
+            "// Bytes of device memory launch() needs as `workspace` (its scratch buffers).\n\
+             inline unsigned long long workspace_bytes({}) {{",
+            shape_params.join(", ")
         )?;
+        h.push_str(&bind(v, false));
+        h.push_str("    unsigned long long bytes = 0;\n");
+        for s in &v.scratch {
+            writeln!(
+                h,
+                "    bytes += (unsigned long long)round_up(({}) * {}, 256);  // {}",
+                s.len,
+                elem_bytes(&s.elem)?,
+                s.name
+            )?;
+        }
+        h.push_str("    return bytes;\n}\n");
         writeln!(
             h,
-            "// Launches `fn` (the `{}` of this variant's CUBIN) on `stream`.\n\
-             inline CUresult launch(CUfunction fn, CUstream stream, {}) {{",
-            v.launch.kernel,
+            "// Launches kernels[0..num_kernels) (`fns[i]` loaded from this variant's CUBIN) on `stream`;\n\
+             // `workspace`: workspace_bytes() bytes of device memory, 256-byte aligned (0 when that is 0).\n\
+             inline CUresult launch(const CUfunction* fns, CUstream stream, {}, CUdeviceptr workspace) {{",
             abi_params.join(", ")
         )?;
-        writeln!(
-            h,
-            "    LaunchDims d = launch_dims({});",
-            m.shape_vars
-                .iter()
-                .map(|s| s.to_lowercase())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
-        h.push_str(
-            "    if (d.shared_bytes > 48 * 1024) {\n\
-             \x20       CUresult r = cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.shared_bytes);\n\
-             \x20       if (r != CUDA_SUCCESS) return r;\n    }\n",
-        );
-        writeln!(
-            h,
-            "    void* args[] = {{{}}};",
-            m.abi
-                .params
-                .iter()
-                .map(|p| format!("&{}", p.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
-        h.push_str(
-            "    return cuLaunchKernel(fn, d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],\n\
-             \x20                         d.shared_bytes, stream, args, nullptr);\n}\n",
-        );
+        h.push_str(&bind(v, true));
+        h.push_str("    (void)workspace;\n    CUresult r = CUDA_SUCCESS;\n    unsigned long long offset = 0;\n    (void)offset;\n");
+        for s in &v.scratch {
+            writeln!(
+                h,
+                "    const CUdeviceptr scratch_{name} = workspace + offset;\n    offset += (unsigned long long)round_up(({}) * {}, 256);",
+                s.len,
+                elem_bytes(&s.elem)?,
+                name = s.name
+            )?;
+        }
+        for (i, l) in v.launches.iter().enumerate() {
+            writeln!(h, "    {{  // {}", l.kernel)?;
+            writeln!(
+                h,
+                "        const LaunchDims d = launch_dims({i}, {shape_args});\n\
+                 \x20       if (d.shared_bytes > 48 * 1024) {{\n\
+                 \x20           r = cuFuncSetAttribute(fns[{i}], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.shared_bytes);\n\
+                 \x20           if (r != CUDA_SUCCESS) return r;\n\
+                 \x20       }}"
+            )?;
+            let mut refs = Vec::new();
+            match &l.args {
+                None => refs.extend(m.abi.params.iter().map(|p| format!("(void*)&{}", p.name))),
+                Some(args) => {
+                    for (j, a) in args.iter().enumerate() {
+                        use super::manifest::LaunchArg;
+                        match a {
+                            LaunchArg::Param(name) => refs.push(format!("(void*)&{name}")),
+                            LaunchArg::Scratch(name) => {
+                                refs.push(format!("(void*)&scratch_{name}"))
+                            }
+                            LaunchArg::I32(e) => {
+                                writeln!(h, "        int a{j} = (int)({e});")?;
+                                refs.push(format!("&a{j}"));
+                            }
+                            LaunchArg::I64(e) => {
+                                writeln!(h, "        long long a{j} = (long long)({e});")?;
+                                refs.push(format!("&a{j}"));
+                            }
+                            LaunchArg::TensorMap(t) => {
+                                writeln!(
+                                    h,
+                                    "        const cuuint64_t dims{j}[] = {{{}}};\n\
+                                     \x20       const cuuint32_t box{j}[] = {{{}}};\n\
+                                     \x20       CUtensorMap a{j};\n\
+                                     \x20       r = encode_tensor_map(&a{j}, {}, {}, {}, dims{j}, {}, box{j}, CU_TENSOR_MAP_SWIZZLE_{});\n\
+                                     \x20       if (r != CUDA_SUCCESS) return r;",
+                                    t.dims.iter().map(|e| format!("(cuuint64_t)({e})")).collect::<Vec<_>>().join(", "),
+                                    t.box_dims.iter().map(|e| format!("(cuuint32_t)({e})")).collect::<Vec<_>>().join(", "),
+                                    c_tensor_map_dtype(&t.elem)?,
+                                    t.param,
+                                    t.dims.len(),
+                                    elem_bytes(&t.elem)?,
+                                    match t.swizzle_bytes {
+                                        0 => "NONE",
+                                        32 => "32B",
+                                        64 => "64B",
+                                        128 => "128B",
+                                        other => bail!("swizzle of {other} bytes"),
+                                    }
+                                )?;
+                                refs.push(format!("&a{j}"));
+                            }
+                        }
+                    }
+                }
+            }
+            writeln!(
+                h,
+                "        void* args[] = {{{}}};\n\
+                 \x20       r = cuLaunchKernel(fns[{i}], d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2],\n\
+                 \x20                          d.shared_bytes, stream, args, nullptr);\n\
+                 \x20       if (r != CUDA_SUCCESS) return r;\n    }}",
+                refs.join(", ")
+            )?;
+        }
+        h.push_str("    return r;\n}\n");
         writeln!(h, "}}  // namespace {}", v.name)?;
     }
     h.push_str("\n}  // namespace evo_artifact\n");
@@ -221,8 +354,10 @@ pub fn readme(m: &Manifest) -> String {
     let _ = writeln!(
         r,
         "## From C or C++\n\n\
-         `kernel.h` has, per variant, the CUBIN's file name, `launch_dims(...)` (the launch\n\
-         rule) and `launch(fn, stream, ...)` taking the kernel's arguments in ABI order:\n\n\
+         `kernel.h` has, per variant, the CUBIN's file name and kernel names, `launch_dims(i, ...)`\n\
+         (kernel i's launch rule), `workspace_bytes(...)` (its scratch buffers) and\n\
+         `launch(fns, stream, ..., workspace)`, which takes the arguments in ABI order, encodes\n\
+         any TMA tensor maps and launches every kernel in order:\n\n\
          ```\n{}\n```\n",
         m.abi.text
     );

@@ -1,18 +1,23 @@
-//! The frozen artifact's `manifest.json` (schema `evo-artifact-1`): what was exported,
-//! from which run, how to launch it, what it measured, and the SHA-256 of every other
-//! file. `evo export` writes it, `evo verify` and `evo_kernel.py` read it.
+//! The frozen artifact's `manifest.json` (schema `evo-artifact-2`): what was exported,
+//! from which run, how to launch it (every kernel of a variant in order, with its own
+//! arguments: ABI parameters, scratch buffers, integer expressions, TMA tensor maps),
+//! what it measured, and the SHA-256 of every other file. `evo export` writes it,
+//! `evo verify` and `evo_kernel.py` read it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use evo_core::{LaunchDims, Vars};
+use evo_core::launch::LaunchRule;
+use evo_core::{Expr, LaunchDims, Value, Vars};
 use evo_gpu::resources::KernelResources;
+use evo_kernels::harness::{dtype, ArgSlot, ElemType};
+use evo_kernels::{ArgRef, Family, ScratchRule};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The schema this evo writes and reads. A new incompatible layout gets a new number.
-pub const SCHEMA: &str = "evo-artifact-1";
+pub const SCHEMA: &str = "evo-artifact-2";
 
 /// The file every artifact has; it is not in its own `files` list.
 pub const MANIFEST: &str = "manifest.json";
@@ -120,7 +125,15 @@ pub struct Variant {
     pub cubin_file: String,
     /// The source name NVRTC was given (as in the search; `-lineinfo` records it).
     pub nvrtc_name: String,
-    pub launch: LaunchRuleText,
+    /// The variant's kernels in launch order (one stream; the gates timed them as one).
+    pub launches: Vec<LaunchRuleText>,
+    /// The genome's compile-time integers that launch rules, arguments and scratch
+    /// lengths read (the other variables are the shape's).
+    pub constants: BTreeMap<String, i64>,
+    /// Device buffers the launches share: the caller allocates them per call (their
+    /// contents on entry do not matter: the gates poisoned them with NaN).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch: Vec<ScratchText>,
     /// Per kernel, from ptxas.
     pub resources: Vec<KernelResources>,
     /// Tensor-core instructions in the SASS, by opcode (when cuobjdump was found).
@@ -135,10 +148,10 @@ pub struct Variant {
     pub shapes: Vec<ShapeRecord>,
 }
 
-/// The family's launch rule with the genome's compile-time values bound: expressions
-/// over `constants` and the shape variables, using only integers, `+ - * / %`,
-/// parentheses and `ceil_div`, `round_up`, `min`, `max` (`/` is integer division of
-/// non-negative numbers), so C, C++ and Python evaluate them alike.
+/// One kernel's launch rule: expressions over the variant's `constants` and the shape
+/// variables, using only integers, `+ - * / %`, parentheses and `ceil_div`,
+/// `round_up`, `min`, `max` (`/` is integer division of non-negative numbers), so C,
+/// C++ and Python evaluate them alike.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchRuleText {
@@ -146,7 +159,52 @@ pub struct LaunchRuleText {
     pub grid: [String; 3],
     pub block: [String; 3],
     pub shared_bytes: String,
-    pub constants: BTreeMap<String, i64>,
+    /// The kernel's own argument list; absent: the ABI's parameters in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<LaunchArg>>,
+}
+
+/// One argument of a kernel with its own argument list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum LaunchArg {
+    /// The ABI parameter of this name (`abi.params`), with the call's value.
+    Param(String),
+    /// The device address of the scratch buffer of this name.
+    Scratch(String),
+    /// An `int` from an integer expression (as in launch rules).
+    I32(String),
+    /// A `long long` from an integer expression.
+    I64(String),
+    /// A 128-byte `CUtensorMap` passed by value (`const __grid_constant__`).
+    TensorMap(TensorMapText),
+}
+
+/// A tiled TMA tensor map (`cuTensorMapEncodeTiled`) over the tensor of an ABI pointer
+/// parameter, viewed as a contiguous tensor of `dims` elements (innermost first; byte
+/// strides are the running products of the dimensions), read in `box_dims` boxes, with
+/// element type the tensor's, no interleave, element strides 1, `swizzle_bytes`
+/// shared-memory swizzle (0, 32, 64, 128), L2 promotion 128 bytes, out-of-bounds
+/// elements read as zero.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorMapText {
+    pub param: String,
+    /// The tensor's element type (`f16`, `bf16`, `f32`, `e4m3`, `u8`).
+    pub elem: String,
+    pub dims: Vec<String>,
+    pub box_dims: Vec<String>,
+    pub swizzle_bytes: u32,
+}
+
+/// A scratch buffer: `len` (an expression) elements of `elem` (`f16`, `bf16`, `f32`,
+/// `e4m3`, `u8`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchText {
+    pub name: String,
+    pub elem: String,
+    pub len: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -156,8 +214,8 @@ pub struct ShapeRecord {
     pub shape: Vars,
     /// Timed shapes have times; edge shapes were only checked for correctness.
     pub timed: bool,
-    /// The launch rule's value on this shape.
-    pub launch: LaunchDims,
+    /// Each launch rule's value on this shape, in launch order.
+    pub launches: Vec<LaunchDims>,
     pub median_us: Option<f64>,
     pub p20_us: Option<f64>,
     pub p80_us: Option<f64>,
@@ -314,6 +372,280 @@ pub fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
     Ok(params)
 }
 
+/// A variant's launches as the manifest states them (see [`Variant::launches`]).
+pub struct LaunchTexts {
+    pub launches: Vec<LaunchRuleText>,
+    pub constants: BTreeMap<String, i64>,
+    pub scratch: Vec<ScratchText>,
+}
+
+/// The manifest's text of `family`'s launches for a genome (`vars`: its compile-time
+/// variables), with ABI arguments named after `params`. `shape` is any complete shape of
+/// the specialization (it places the problem's argument lists in the ABI). Refused:
+/// expressions C and Python would not evaluate alike, and compile-time variables that
+/// are not integers.
+pub fn launch_texts(
+    family: &Family,
+    params: &[AbiParam],
+    vars: &Vars,
+    shape: &Vars,
+) -> Result<LaunchTexts, String> {
+    let problem = family.problem;
+    let abi = problem.args(shape);
+    if abi.len() != params.len() {
+        return Err(format!(
+            "problem {} has {} ABI arguments but its ABI text names {}",
+            problem.name(),
+            abi.len(),
+            params.len()
+        ));
+    }
+    let shape_names: Vec<&str> = problem.shape_vars().iter().map(|d| d.name).collect();
+    let mut constants = BTreeMap::new();
+    let mut text = |what: &str, e: &Expr| -> Result<String, String> {
+        portable_expr(e.source()).map_err(|why| {
+            format!("{what}: {why}; the artifact needs expressions C and Python evaluate alike")
+        })?;
+        for v in e.variables() {
+            if shape_names.contains(&v.as_str()) {
+                continue;
+            }
+            match vars.get(&v) {
+                Some(Value::Int(i)) => {
+                    constants.insert(v, *i);
+                }
+                other => return Err(format!("{what} reads `{v}` = {other:?}, not an integer")),
+            }
+        }
+        Ok(e.source().to_string())
+    };
+    // An ABI slot (an input or the output) by its parameter name.
+    let slot_name = |slot: ArgSlot| -> Result<String, String> {
+        abi.iter()
+            .position(|a| *a == slot)
+            .map(|i| params[i].name.clone())
+            .ok_or_else(|| format!("{slot:?} is not an argument of the ABI"))
+    };
+    let lists = problem.arg_lists(shape);
+    let mut launches = Vec::new();
+    for (rule, args) in family.launches.iter().zip(&family.launch_args) {
+        let label = |l: &str| format!("launch rule {l} of `{}`", rule.kernel);
+        let grid = [0, 1, 2].map(|i| text(&label(&format!("grid[{i}]")), &rule.grid[i]));
+        let block = [0, 1, 2].map(|i| text(&label(&format!("block[{i}]")), &rule.block[i]));
+        let shared_bytes = text(&label("shared_bytes"), &rule.shared_bytes)?;
+        let [g0, g1, g2] = grid;
+        let [b0, b1, b2] = block;
+        let args = match args {
+            None => None,
+            Some(refs) => {
+                let mut out = Vec::new();
+                let what = format!("arguments of `{}`", rule.kernel);
+                for r in refs {
+                    match r {
+                        ArgRef::Slot(ArgSlot::Scratch(i)) => {
+                            out.push(LaunchArg::Scratch(family.scratch[*i].name.clone()))
+                        }
+                        ArgRef::Slot(s @ (ArgSlot::Input(_) | ArgSlot::Output)) => {
+                            out.push(LaunchArg::Param(slot_name(*s)?))
+                        }
+                        ArgRef::Slot(other) => {
+                            return Err(format!("{what}: literal {other:?} has no name"))
+                        }
+                        ArgRef::Abi(i) => out.push(LaunchArg::Param(
+                            params
+                                .get(*i)
+                                .ok_or_else(|| format!("{what}: ABI argument {i}"))?
+                                .name
+                                .clone(),
+                        )),
+                        ArgRef::List(name) => {
+                            let range = lists
+                                .iter()
+                                .find(|(n, _)| n == name)
+                                .map(|(_, r)| r.clone())
+                                .ok_or_else(|| format!("{what}: no argument list `{name}`"))?;
+                            for p in params.get(range).ok_or_else(|| {
+                                format!("{what}: argument list `{name}` runs past the ABI")
+                            })? {
+                                out.push(LaunchArg::Param(p.name.clone()));
+                            }
+                        }
+                        ArgRef::I32(e) => out.push(LaunchArg::I32(text(&what, e)?)),
+                        ArgRef::I64(e) => out.push(LaunchArg::I64(text(&what, e)?)),
+                        ArgRef::TensorMap {
+                            input,
+                            dims,
+                            boxes,
+                            swizzle,
+                        } => out.push(LaunchArg::TensorMap(TensorMapText {
+                            param: slot_name(ArgSlot::Input(*input))?,
+                            elem: problem
+                                .inputs(shape)
+                                .get(*input)
+                                .ok_or_else(|| format!("{what}: no input {input}"))?
+                                .elem
+                                .dtype_name()
+                                .to_string(),
+                            dims: dims
+                                .iter()
+                                .map(|e| text(&what, e))
+                                .collect::<Result<_, _>>()?,
+                            box_dims: boxes
+                                .iter()
+                                .map(|e| text(&what, e))
+                                .collect::<Result<_, _>>()?,
+                            swizzle_bytes: *swizzle,
+                        })),
+                    }
+                }
+                Some(out)
+            }
+        };
+        launches.push(LaunchRuleText {
+            kernel: rule.kernel.clone(),
+            grid: [g0?, g1?, g2?],
+            block: [b0?, b1?, b2?],
+            shared_bytes,
+            args,
+        });
+    }
+    let scratch = family
+        .scratch
+        .iter()
+        .map(|s| {
+            Ok(ScratchText {
+                name: s.name.clone(),
+                elem: s
+                    .elem
+                    .unwrap_or_else(|| dtype(shape))
+                    .dtype_name()
+                    .to_string(),
+                len: text(&format!("scratch `{}`", s.name), &s.len)?,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(LaunchTexts {
+        launches,
+        constants,
+        scratch,
+    })
+}
+
+/// A variant's launches as evo runs them: the rules, each kernel's argument list
+/// (`None`: the ABI), the scratch rules and the constants as variables, read back from
+/// the manifest (the inverse of [`launch_texts`]).
+pub struct VariantLaunches {
+    pub rules: Vec<LaunchRule>,
+    pub args: Vec<Option<Vec<ArgRef>>>,
+    pub scratch: Vec<ScratchRule>,
+    pub constants: Vars,
+}
+
+impl VariantLaunches {
+    /// Reads `v`'s launches; `params` are the manifest's ABI parameters, `abi` the
+    /// problem's arguments for any shape (to find the input a tensor map reads).
+    pub fn of(v: &Variant, params: &[AbiParam], abi: &[ArgSlot]) -> Result<VariantLaunches> {
+        let at = |what: &str| format!("{}: {what}", v.name);
+        let parse = |s: &String| Expr::parse(s).with_context(|| at("launch expression"));
+        let param = |name: &str| {
+            params
+                .iter()
+                .position(|p| p.name == name)
+                .ok_or_else(|| anyhow!("{}", at(&format!("no ABI parameter `{name}`"))))
+        };
+        let mut rules = Vec::new();
+        let mut args = Vec::new();
+        for l in &v.launches {
+            rules.push(LaunchRule {
+                kernel: l.kernel.clone(),
+                grid: [parse(&l.grid[0])?, parse(&l.grid[1])?, parse(&l.grid[2])?],
+                block: [
+                    parse(&l.block[0])?,
+                    parse(&l.block[1])?,
+                    parse(&l.block[2])?,
+                ],
+                shared_bytes: parse(&l.shared_bytes)?,
+            });
+            args.push(match &l.args {
+                None => None,
+                Some(list) => Some(
+                    list.iter()
+                        .map(|a| {
+                            Ok(match a {
+                                LaunchArg::Param(name) => ArgRef::Abi(param(name)?),
+                                LaunchArg::Scratch(name) => ArgRef::Slot(ArgSlot::Scratch(
+                                    v.scratch.iter().position(|s| s.name == *name).ok_or_else(
+                                        || anyhow!("{}", at(&format!("no scratch `{name}`"))),
+                                    )?,
+                                )),
+                                LaunchArg::I32(e) => ArgRef::I32(parse(e)?),
+                                LaunchArg::I64(e) => ArgRef::I64(parse(e)?),
+                                LaunchArg::TensorMap(t) => {
+                                    let ArgSlot::Input(input) = abi[param(&t.param)?] else {
+                                        bail!(
+                                            "{}",
+                                            at(&format!(
+                                                "tensor map over `{}`, not an input",
+                                                t.param
+                                            ))
+                                        );
+                                    };
+                                    ArgRef::TensorMap {
+                                        input,
+                                        dims: t.dims.iter().map(parse).collect::<Result<_>>()?,
+                                        boxes: t
+                                            .box_dims
+                                            .iter()
+                                            .map(parse)
+                                            .collect::<Result<_>>()?,
+                                        swizzle: t.swizzle_bytes,
+                                    }
+                                }
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                ),
+            });
+        }
+        let scratch = v
+            .scratch
+            .iter()
+            .map(|s| {
+                let elem = Some(ElemType::from_dtype(&s.elem).ok_or_else(|| {
+                    anyhow!(
+                        "{}",
+                        at(&format!(
+                            "scratch `{}` of element type `{}`",
+                            s.name, s.elem
+                        ))
+                    )
+                })?);
+                Ok(ScratchRule {
+                    name: s.name.clone(),
+                    elem,
+                    len: parse(&s.len)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let constants = v
+            .constants
+            .iter()
+            .map(|(k, x)| (k.clone(), Value::Int(*x)))
+            .collect();
+        Ok(VariantLaunches {
+            rules,
+            args,
+            scratch,
+            constants,
+        })
+    }
+
+    /// Whether a kernel takes its own argument list or there is scratch.
+    pub fn is_multi_arg(&self) -> bool {
+        !self.scratch.is_empty() || self.args.iter().any(Option::is_some)
+    }
+}
+
 /// Checks that a launch expression uses only what C, C++ and Python evaluate alike
 /// (see [`LaunchRuleText`]).
 pub fn portable_expr(source: &str) -> Result<(), String> {
@@ -374,6 +706,104 @@ mod tests {
         assert!(abi_params("void f(double x)")
             .unwrap_err()
             .contains("double"));
+    }
+
+    /// What the manifest says of a family's launches reads back to the same launches:
+    /// for every family with its own argument lists or scratch (tensor maps, argument
+    /// lists, i64 expressions, scratch of fixed and DTYPE element types), the arguments,
+    /// scratch and launch dimensions through the manifest equal the family's own, on a
+    /// ragged shape.
+    #[test]
+    fn launches_read_back_from_the_manifest_equal_the_familys() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates");
+        let mut checked = 0;
+        for (problem, family) in [
+            ("sdpa_fwd", "sdpa_fwd_wgmma"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split"),
+        ] {
+            let f = Family::load(&root, problem, family).unwrap();
+            assert!(f.is_multi_arg(), "{family}");
+            let shape: Vars = [
+                ("BATCH", Value::Int(3)),
+                ("HEADS", Value::Int(5)),
+                ("SEQ_Q", Value::Int(77)),
+                ("SEQ_KV", Value::Int(1000)),
+                ("HEAD_DIM", Value::Int(128)),
+                ("CAUSAL", Value::Bool(true)),
+                ("DTYPE", Value::Str("bf16".into())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            let target = evo_core::Target::from_arch("sm_90a").unwrap();
+            let specs =
+                evo_kernels::Specializations::new(f.problem, target, std::slice::from_ref(&shape))
+                    .unwrap();
+            let space = f.space(specs.contexts()).unwrap();
+            // sdpa_fwd_fp8_e2e takes sdpa_fwd's arguments (its ABI text says so in words).
+            let params = abi_params(evo_kernels::problem("sdpa_fwd").unwrap().abi()).unwrap();
+            assert_eq!(params.len(), f.problem.args(&shape).len());
+            for g in space.iter_valid().take(8) {
+                let vars = space.vars(&g, 0).unwrap();
+                let texts = launch_texts(&f, &params, &vars, &shape).unwrap();
+                let v = Variant {
+                    name: "v".into(),
+                    candidate_id: 1,
+                    genome: g.canonical(),
+                    genome_hash: g.hash().0,
+                    status: "evaluated".into(),
+                    fitness: None,
+                    specialization: Vars::new(),
+                    source_file: String::new(),
+                    ptx_file: String::new(),
+                    cubin_file: String::new(),
+                    nvrtc_name: String::new(),
+                    launches: texts.launches,
+                    constants: texts.constants,
+                    scratch: texts.scratch,
+                    resources: vec![],
+                    tensor_ops: None,
+                    compile_key: String::new(),
+                    compile_key_matches_search: None,
+                    shapes: vec![],
+                };
+                // Through JSON, as a reader gets it.
+                let v: Variant = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+                let back = VariantLaunches::of(&v, &params, &f.problem.args(&shape)).unwrap();
+                assert!(back.is_multi_arg());
+                assert_eq!(
+                    evo_kernels::resolve_launch_args(
+                        f.problem,
+                        &back.rules,
+                        &back.args,
+                        &back.constants,
+                        &shape
+                    )
+                    .unwrap(),
+                    f.launch_args(&vars, &shape).unwrap(),
+                    "{family} {}",
+                    g.canonical()
+                );
+                assert_eq!(
+                    evo_kernels::resolve_scratch(&back.scratch, &back.constants, &shape).unwrap(),
+                    f.scratch_specs(&vars, &shape).unwrap()
+                );
+                let mut all = back.constants.clone();
+                all.extend(shape.clone());
+                let dims: Vec<LaunchDims> =
+                    back.rules.iter().map(|r| r.eval(&all).unwrap()).collect();
+                let want: Vec<LaunchDims> = f
+                    .launch_dims(&vars, &shape)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .collect();
+                assert_eq!(dims, want);
+                checked += 1;
+            }
+        }
+        assert!(checked >= 17, "{checked}");
     }
 
     #[test]

@@ -25,8 +25,8 @@ use evo_kernels::{Family, Problem, Specializations};
 use evo_store::{Candidate, CandidateId, Run, Store, FITNESS_STATUSES};
 
 use manifest::{
-    Abi, CompileInfo, Dispatch, DispatchEntry, LaunchRuleText, Manifest, Provenance, ShapeRecord,
-    Variant, MANIFEST, RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
+    Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, Provenance, ShapeRecord, Variant,
+    MANIFEST, RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
 };
 
 /// Problems with a PyTorch binding (`evo_kernel.py`).
@@ -267,53 +267,24 @@ fn build_variant(
         .and_then(|r| r.ok())
         .and_then(|m| m.get(problem.entry()).map(|c| c.tensor.clone()));
 
-    // The launch rule with the genome's compile-time values bound.
-    if l.family.launches.len() != 1 {
-        bail!(
-            "family {} launches {} kernels; the artifact format holds single-kernel families",
-            l.family.name,
-            l.family.launches.len()
-        );
-    }
-    if l.family.is_multi_arg() {
-        bail!(
-            "family {} gives its kernel its own argument list (tensor maps or scratch); the artifact format holds the problem's ABI only",
-            l.family.name
-        );
-    }
-    let rule = &l.family.launches[0];
+    // The launches with the genome's compile-time values bound. Any measured shape of
+    // the specialization places the problem's argument lists in the ABI.
     let vars = l.space.vars(&genome, spec_index)?;
-    let shape_names: Vec<&str> = problem.shape_vars().iter().map(|d| d.name).collect();
-    let mut constants = BTreeMap::new();
-    for (label, e) in rule.exprs() {
-        manifest::portable_expr(e.source()).map_err(|why| {
+    let probe = measurements
+        .iter()
+        .map(|m| &m.shape_vars)
+        .find(|s| spec_of(problem, s) == *spec)
+        .ok_or_else(|| {
             anyhow!(
-                "launch rule {label} of family {}: {why}; the artifact needs expressions C and Python evaluate alike",
-                l.family.name
+                "candidate {} has no measurement for specialization {}",
+                candidate.id,
+                Genome::from_vars(spec.clone()).canonical()
             )
         })?;
-        for v in e.variables() {
-            if shape_names.contains(&v.as_str()) {
-                continue;
-            }
-            match vars.get(&v) {
-                Some(Value::Int(i)) => {
-                    constants.insert(v, *i);
-                }
-                other => bail!(
-                    "launch rule {label} of family {} reads `{v}` = {other:?}, not an integer",
-                    l.family.name
-                ),
-            }
-        }
-    }
-    let launch = LaunchRuleText {
-        kernel: rule.kernel.clone(),
-        grid: rule.grid.clone().map(|e| e.source().to_string()),
-        block: rule.block.clone().map(|e| e.source().to_string()),
-        shared_bytes: rule.shared_bytes.source().to_string(),
-        constants,
-    };
+    let params = manifest::abi_params(problem.abi())
+        .map_err(|e| anyhow!("problem {}: {e}", problem.name()))?;
+    let texts = manifest::launch_texts(&l.family, &params, &vars, probe)
+        .map_err(|e| anyhow!("family {}: {e}", l.family.name))?;
     let mut shapes = Vec::new();
     for m in measurements {
         if spec_of(problem, &m.shape_vars) != *spec {
@@ -326,7 +297,7 @@ fn build_variant(
         shapes.push(ShapeRecord {
             shape: m.shape_vars.clone(),
             timed: m.median_us.is_some(),
-            launch: dims[0].1,
+            launches: dims.into_iter().map(|(_, d)| d).collect(),
             median_us: m.median_us,
             p20_us: m.p20_us,
             p80_us: m.p80_us,
@@ -353,7 +324,9 @@ fn build_variant(
         status: candidate.status.clone().unwrap_or_default(),
         fitness: candidate.fitness,
         specialization: spec.clone(),
-        launch,
+        launches: texts.launches,
+        constants: texts.constants,
+        scratch: texts.scratch,
         resources: compiled.kernels.clone(),
         tensor_ops,
         compile_key_matches_search: search_key.map(|k| k == compiled.key),

@@ -15,16 +15,15 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
-use evo_core::expr::Expr;
-use evo_core::launch::LaunchRule;
-use evo_core::{Target, Value, Vars};
+use evo_core::{Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
 use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::Status;
 use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
+use evo_kernels::{resolve_launch_args, resolve_scratch};
 use serde::Serialize;
 
-use super::manifest::{check_files, FileCheck, Manifest, Variant};
+use super::manifest::{check_files, FileCheck, Manifest, Variant, VariantLaunches};
 use crate::output::{print_json, table};
 
 #[derive(Serialize)]
@@ -60,32 +59,6 @@ struct Report {
     variants: Vec<VariantCheck>,
     shapes: Vec<ShapeCheck>,
     ok: bool,
-}
-
-/// The launch rule of a variant as evo evaluates it.
-fn rule_of(v: &Variant) -> Result<(LaunchRule, Vars)> {
-    let e = |s: &String| Expr::parse(s).with_context(|| format!("launch rule of {}", v.name));
-    let rule = LaunchRule {
-        kernel: v.launch.kernel.clone(),
-        grid: [
-            e(&v.launch.grid[0])?,
-            e(&v.launch.grid[1])?,
-            e(&v.launch.grid[2])?,
-        ],
-        block: [
-            e(&v.launch.block[0])?,
-            e(&v.launch.block[1])?,
-            e(&v.launch.block[2])?,
-        ],
-        shared_bytes: e(&v.launch.shared_bytes)?,
-    };
-    let consts = v
-        .launch
-        .constants
-        .iter()
-        .map(|(k, x)| (k.clone(), Value::Int(*x)))
-        .collect();
-    Ok((rule, consts))
 }
 
 /// One variant made ready for the gates, without a GPU.
@@ -128,7 +101,7 @@ fn prepare(
             );
         }
     }
-    let (rule, consts) = rule_of(v)?;
+    let params = &m.abi.params;
     let mut shapes: Vec<(Vars, bool)> = v
         .shapes
         .iter()
@@ -142,36 +115,60 @@ fn prepare(
             }
         }
     }
+    let first = shapes
+        .first()
+        .map(|s| s.0.clone())
+        .ok_or_else(|| anyhow!("{}: the manifest records no shape", v.name))?;
+    let launches = VariantLaunches::of(v, params, &problem.args(&first))?;
     let mut cshapes = Vec::new();
     for (shape, timed) in &shapes {
-        let mut all = consts.clone();
+        let key = evo_store::shape_key(shape);
+        let mut all = launches.constants.clone();
         all.extend(shape.iter().map(|(k, x)| (k.clone(), x.clone())));
-        let dims = rule.eval(&all).with_context(|| {
-            format!("{}: launch rule on {}", v.name, evo_store::shape_key(shape))
-        })?;
+        let dims = launches
+            .rules
+            .iter()
+            .map(|r| r.eval(&all))
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{}: launch rules on {key}", v.name))?;
         if let Some(rec) = v.shapes.iter().find(|s| s.shape == *shape) {
-            if rec.launch != dims {
+            if rec.launches != dims {
                 bail!(
-                    "{}: the manifest's launch on {} is {:?}, its launch rule gives {dims:?}",
+                    "{}: the manifest's launches on {key} are {:?}, its launch rules give {dims:?}",
                     v.name,
-                    evo_store::shape_key(shape),
-                    rec.launch
+                    rec.launches
                 );
             }
         }
+        let (args, scratch) = if launches.is_multi_arg() {
+            let err = |e: String| anyhow!("{}: on {key}: {e}", v.name);
+            (
+                resolve_launch_args(
+                    problem,
+                    &launches.rules,
+                    &launches.args,
+                    &launches.constants,
+                    shape,
+                )
+                .map_err(err)?,
+                resolve_scratch(&launches.scratch, &launches.constants, shape).map_err(err)?,
+            )
+        } else {
+            (vec![], vec![])
+        };
         cshapes.push(CandidateShape {
             vars: shape.clone(),
-            launches: vec![dims],
+            launches: dims,
             timed: *timed,
-            args: vec![],
-            scratch: vec![],
+            args,
+            scratch,
         });
     }
     Ok(Prepared {
         candidate: Candidate {
             label: format!("{}@{}", v.genome, v.name),
             source,
-            kernels: vec![v.launch.kernel.clone()],
+            kernels: v.launches.iter().map(|l| l.kernel.clone()).collect(),
             shapes: cshapes,
         },
         compiled: Compiled {

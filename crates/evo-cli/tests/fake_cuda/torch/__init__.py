@@ -12,6 +12,7 @@ class dtype:
 float16 = dtype("torch.float16")
 bfloat16 = dtype("torch.bfloat16")
 float32 = dtype("torch.float32")
+uint8 = dtype("torch.uint8")
 
 
 class device:
@@ -42,12 +43,15 @@ class Tensor:
     def stride(self):
         return self._strides
 
+    def is_contiguous(self):
+        return True
+
     def data_ptr(self):
         return self._ptr
 
 
 def empty(shape, dtype=float16, device=None):
-    return Tensor(shape, dtype, str(device))
+    return Tensor((shape,) if isinstance(shape, int) else shape, dtype, str(device))
 
 
 class cuda:
