@@ -19,7 +19,7 @@ import argparse, json, os, sys
 import torch
 from torch.nn.attention import SDPBackend
 
-from sdpa_bench import BACKENDS, DTYPES, graph_time, input_sets, l2_bytes, sdpa_call
+from sdpa_bench import BACKENDS, DTYPES, graph_time, input_sets, l2_bytes, reference, sdpa_call
 
 ap = argparse.ArgumentParser()
 ap.add_argument("dir")
@@ -68,7 +68,7 @@ for (B, H, SQ, SKV, D, causal, dt) in cases:
     torch.manual_seed(0)
     sets = input_sets(B, H, SQ, SKV, D, DTYPES[dt], L2)
     q, k, v = sets[0]
-    ref = sdpa_call(None, causal)(q.double(), k.double(), v.double())
+    ref = reference(q, k, v, causal)
     flops = 4 * B * H * D * (SQ * SKV if not causal else sum(min(i + 1, SKV) for i in range(SQ)))
 
     def measure(call):

@@ -66,3 +66,17 @@ def sdpa_call(backend, causal, scale=None):
         with sdpa_kernel([backend]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
     return call
+
+
+def reference(q, k, v, causal, scale=None, max_score_bytes=2 << 30):
+    """SDPA in float64 (the math path), a few (batch, head) slices at a time so that the
+    float64 score matrices stay under `max_score_bytes` (a (1,16,16384,128) call in one
+    piece would hold 34 GB of scores, twice)."""
+    B, H, SQ, _ = q.shape
+    SKV = k.shape[2]
+    per_slice = SQ * SKV * 8
+    step = max(1, max_score_bytes // per_slice)
+    qf, kf, vf = (t.reshape(B * H, 1, t.shape[2], t.shape[3]) for t in (q, k, v))
+    call = sdpa_call(None, causal, scale)
+    out = [call(qf[i:i + step].double(), kf[i:i + step].double(), vf[i:i + step].double()) for i in range(0, B * H, step)]
+    return torch.cat(out).reshape(B, H, SQ, q.shape[3])

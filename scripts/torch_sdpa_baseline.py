@@ -15,7 +15,7 @@ contiguous, as evo's sdpa_fwd problem passes its tensors.
 import argparse, json, sys, tomllib
 import torch
 
-from sdpa_bench import BACKENDS, DTYPES, graph_time, input_sets, l2_bytes, sdpa_call
+from sdpa_bench import BACKENDS, DTYPES, graph_time, input_sets, l2_bytes, reference, sdpa_call
 
 ap = argparse.ArgumentParser()
 ap.add_argument("config")
@@ -35,7 +35,7 @@ for sh in shapes:
     causal = bool(sh.get("CAUSAL", False))
     sets = input_sets(B, H, SQ, SKV, D, DTYPES[sh.get("DTYPE", "f16")], L2)
     q, k, v = sets[0]
-    ref = sdpa_call(None, causal)(q.double(), k.double(), v.double())
+    ref = reference(q, k, v, causal)
     times = {}
     for name, be in BACKENDS.items():
         call = sdpa_call(be, causal)
