@@ -65,17 +65,19 @@ __device__ __forceinline__ void splitkv_combine(const float* __restrict__ o_part
 
     float lse[S];
     float lse_max = neg_inf();
+    bool unwritten = false;  // a NaN lse: kernel 1 never wrote the row (scratch is NaN-poisoned)
 #pragma unroll
     for (int s = 0; s < S; ++s) {
         lse[s] = lse_part[s * rows + w];
-        lse_max = fmaxf(lse_max, lse[s]);
+        lse_max = fmaxf(lse_max, lse[s]);  // (fmaxf drops NaN: hence `unwritten`)
+        unwritten |= lse[s] != lse[s];
     }
     float acc[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc[i] = 0.f;
     float wsum = 0.f;
     // Every split -inf (no visible key anywhere: impossible for seq_kv >= 1, causal or not): O = 0,
-    // and no (-inf) - (-inf). A NaN lse (a row kernel 1 never wrote) makes wsum, and O, NaN.
+    // and no (-inf) - (-inf). A NaN lse or O_s (a row kernel 1 never wrote) makes O NaN.
     if (lse_max != neg_inf()) {
 #pragma unroll
         for (int s = 0; s < S; ++s) {
@@ -91,7 +93,7 @@ __device__ __forceinline__ void splitkv_combine(const float* __restrict__ o_part
             }
         }
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const float inv = unwritten ? __int_as_float(0x7fc00000) : (wsum > 0.f ? 1.f / wsum : 0.f);
     T* const dst = o + (b * o_batch_stride + h * o_head_stride + r * o_seq_stride) + lane * VEC;
     unsigned packed[VEC / 2];
 #pragma unroll
