@@ -270,3 +270,78 @@ fn every_wgmma_sdpa_genome_compiles_with_hgmma() {
         }
     }
 }
+
+/// A sample of each split-KV attention family that uses every value of every knob compiles
+/// for sm_90a (both head dims; f16 non-causal and bf16 causal) without spills or a stack
+/// frame in either kernel: the attention kernel with its tensor-core instructions (HGMMA for
+/// sdpa_fwd_wgmma_splitkv, which its static gate requires; HMMA for sdpa_fwd_mma_splitkv),
+/// the combine kernel beside it in the module, launched second.
+#[test]
+fn a_covering_sample_of_split_kv_genomes_compiles_for_sm_90a() {
+    let dir = tempfile::tempdir().unwrap();
+    for (config, family, opcode) in [
+        ("sdpa_wgmma_splitkv", "sdpa_fwd_wgmma_splitkv", "HGMMA"),
+        ("sdpa_mma_splitkv", "sdpa_fwd_mma_splitkv", "HMMA"),
+    ] {
+        let text = std::fs::read_to_string(root().join(format!("configs/{config}.toml"))).unwrap();
+        for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+            let cfg = dir.path().join(format!("{config}-{causal}-{dtype}.toml"));
+            std::fs::write(
+                &cfg,
+                text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
+                    .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
+                    .replace(
+                        &format!("family = \"{family}\""),
+                        &format!(
+                            "family = \"{family}\"\ntemplates = {:?}",
+                            root().join("templates")
+                        ),
+                    ),
+            )
+            .unwrap();
+            let reports = compile(&["--cover"], &cfg);
+            assert!(reports.len() >= 6, "{config}: {}", reports.len());
+            for splits in [2, 4, 8] {
+                assert!(
+                    reports.iter().any(|r| r["genome"]
+                        .as_str()
+                        .unwrap()
+                        .contains(&format!("KV_SPLITS={splits}"))),
+                    "{config}: no KV_SPLITS={splits}"
+                );
+            }
+            for r in &reports {
+                let g = r["genome"].as_str().unwrap();
+                assert_eq!(r["success"], true, "{g}: {}", r["log"]);
+                for kernel in ["sdpa_fwd", "sdpa_splitkv_combine"] {
+                    let k = r["kernels"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|k| k["name"] == kernel)
+                        .unwrap_or_else(|| panic!("{g}: no {kernel} in {}", r["kernels"]));
+                    assert_eq!(k["spill_store_bytes"], 0, "{g}: {kernel} spills");
+                    assert_eq!(
+                        k["stack_frame_bytes"], 0,
+                        "{g}: {kernel} uses a stack frame"
+                    );
+                }
+                assert!(
+                    r["sass"]["sdpa_fwd"]["tensor"][opcode]
+                        .as_u64()
+                        .unwrap_or(0)
+                        > 0,
+                    "{g} has no {opcode}: {}",
+                    r["sass"]
+                );
+                let launched: Vec<&str> = r["launch"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|l| l[0].as_str().unwrap())
+                    .collect();
+                assert_eq!(launched, ["sdpa_fwd", "sdpa_splitkv_combine"], "{g}");
+            }
+        }
+    }
+}

@@ -177,6 +177,10 @@ pub struct StaticConfig {
     /// Tensor-core opcodes (e.g. "HGMMA") each kernel's SASS must contain (needs
     /// cuobjdump); a family adds its own (`require_sass` in the family file).
     pub require_sass: Vec<String>,
+    /// Per kernel name, the opcodes required of that kernel instead of `require_sass`
+    /// (set from a family whose launches give their own `require_sass`; not a config key).
+    #[serde(skip)]
+    pub kernel_require_sass: BTreeMap<String, Vec<String>>,
 }
 
 impl StaticConfig {
@@ -189,6 +193,34 @@ impl StaticConfig {
         }
         self
     }
+
+    /// These rules plus a family's opcodes: `family` in every kernel except those listed
+    /// in `per_kernel`, which require their own opcodes instead (plus this config's).
+    pub fn requiring_per_kernel(
+        self,
+        family: &[String],
+        per_kernel: &[(String, Vec<String>)],
+    ) -> StaticConfig {
+        let config_ops = self.require_sass.clone();
+        let mut out = self.requiring(family);
+        for (kernel, ops) in per_kernel {
+            let mut all = config_ops.clone();
+            for op in ops {
+                if !all.contains(op) {
+                    all.push(op.clone());
+                }
+            }
+            out.kernel_require_sass.insert(kernel.clone(), all);
+        }
+        out
+    }
+
+    /// The opcodes kernel `name` must contain.
+    pub fn sass_required_of(&self, name: &str) -> &[String] {
+        self.kernel_require_sass
+            .get(name)
+            .unwrap_or(&self.require_sass)
+    }
 }
 
 impl Default for StaticConfig {
@@ -199,6 +231,7 @@ impl Default for StaticConfig {
             min_blocks_per_sm: 1,
             require_tensor_ops: false,
             require_sass: Vec::new(),
+            kernel_require_sass: BTreeMap::new(),
         }
     }
 }

@@ -119,7 +119,7 @@ pub fn check(
             ));
         }
         if let Some(ops) = &tensor_ops {
-            for op in &rules.require_sass {
+            for op in rules.sass_required_of(name) {
                 if ops.get(op).copied().unwrap_or(0) == 0 {
                     return Err(format!(
                         "`{name}` has no {op} instruction in its SASS (required by the family or [static] require_sass; found {ops:?})"
@@ -438,5 +438,42 @@ mod tests {
         assert!(check(&t, &rules, &[kernel(64, 0)], Some(&with), &launch(128, 0)).is_ok());
         // Without SASS the rule cannot be applied, and does not reject.
         assert!(check(&t, &rules, &[kernel(64, 0)], None, &launch(128, 0)).is_ok());
+    }
+
+    /// A kernel with its own list (a split-KV family's combine kernel: `[]`) is held to
+    /// that list plus the config's, the others to the family's plus the config's.
+    #[test]
+    fn per_kernel_opcodes_replace_the_familys() {
+        let t = h100();
+        let config = StaticConfig {
+            require_sass: vec!["HMMA".into()],
+            ..StaticConfig::default()
+        };
+        let rules = config.requiring_per_kernel(&["HGMMA".into()], &[("k".into(), Vec::new())]);
+        assert_eq!(rules.require_sass, ["HMMA", "HGMMA"]);
+        assert_eq!(rules.sass_required_of("k"), ["HMMA"]);
+        assert_eq!(rules.sass_required_of("other"), ["HMMA", "HGMMA"]);
+        let mut hmma = SassCounts::default();
+        hmma.tensor.insert("HMMA".into(), 8);
+        let only_hmma: BTreeMap<String, SassCounts> =
+            [("k".to_string(), hmma)].into_iter().collect();
+        assert!(check(
+            &t,
+            &rules,
+            &[kernel(64, 0)],
+            Some(&only_hmma),
+            &launch(128, 0)
+        )
+        .is_ok());
+        let strict = StaticConfig::default().requiring_per_kernel(&["HGMMA".into()], &[]);
+        let e = check(
+            &t,
+            &strict,
+            &[kernel(64, 0)],
+            Some(&only_hmma),
+            &launch(128, 0),
+        )
+        .unwrap_err();
+        assert!(e.contains("no HGMMA"), "{e}");
     }
 }

@@ -1,5 +1,5 @@
-//! Without a GPU: the shipped multi-kernel families (sdpa_fwd_fp8_e2e_mma and
-//! sdpa_fwd_fp8_e2e_split) compile with NVRTC, and their per-launch argument lists match the
+//! Without a GPU: the shipped multi-kernel families (sdpa_fwd_fp8_e2e_mma,
+//! sdpa_fwd_fp8_e2e_split and the split-KV attention families) compile with NVRTC, and their per-launch argument lists match the
 //! parameters of the kernels they launch in the PTX (the check the evaluator runs before any
 //! launch); a list with an argument missing or of the wrong width is rejected with the
 //! kernel named.
@@ -24,11 +24,22 @@ struct Compiled {
 
 impl Compiled {
     fn new(family: &str, shape: &[(&str, evo_core::Value)]) -> Compiled {
+        Self::of_problem("sdpa_fwd_fp8_e2e", family, shape, &[])
+    }
+
+    /// `family` of problem `problem_name`, with the first valid genome that sets each of
+    /// `knobs` to its value.
+    fn of_problem(
+        problem_name: &str,
+        family: &str,
+        shape: &[(&str, evo_core::Value)],
+        knobs: &[(&str, evo_core::Value)],
+    ) -> Compiled {
         let manifest = std::env::var("CARGO_MANIFEST_DIR")
             .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
         let templates = PathBuf::from(manifest).join("../../templates");
-        let family = Family::load(&templates, "sdpa_fwd_fp8_e2e", family).unwrap();
-        let p = problem("sdpa_fwd_fp8_e2e").unwrap();
+        let family = Family::load(&templates, problem_name, family).unwrap();
+        let p = problem(problem_name).unwrap();
         let shape: Vars = shape
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -41,7 +52,10 @@ impl Compiled {
         )
         .unwrap();
         let space = family.space(specs.contexts()).unwrap();
-        let genome = space.iter_valid().next().unwrap();
+        let genome = space
+            .iter_valid()
+            .find(|g| knobs.iter().all(|(k, v)| g.get(k) == Some(v)))
+            .unwrap();
         let source = family.render(&space, &genome, 0).unwrap();
         let compiler = Compiler::new("sm_90a", &["-std=c++17".into()], 0, None)
             .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
@@ -161,4 +175,49 @@ fn fp8_e2e_split_argument_lists_match_the_ptx() {
             ("v_amax".to_string(), 96)
         ]
     );
+}
+
+/// The split-KV attention families (problem sdpa_fwd): the attention kernel takes the ABI
+/// (sdpa_fwd_wgmma: plus three 128-byte tensor maps) and two float32 pointers, the combine
+/// kernel the ABI and the same two pointers; the launches' argument lists match, on a
+/// ragged causal shape (seq_q 77, seq_kv 130); the wgmma genome loads K/V by TMA.
+#[test]
+fn split_kv_argument_lists_match_the_ptx() {
+    for (name, kernel_params, loader) in [
+        ("sdpa_fwd_mma_splitkv", 23, None),
+        ("sdpa_fwd_wgmma_splitkv", 26, Some("tma")),
+    ] {
+        let mut knobs = vec![("KV_SPLITS", 4.into())];
+        knobs.extend(loader.map(|l| ("LOADER", l.into())));
+        let c = Compiled::of_problem(
+            "sdpa_fwd",
+            name,
+            &[
+                ("BATCH", 2.into()),
+                ("HEADS", 3.into()),
+                ("SEQ_Q", 77.into()),
+                ("SEQ_KV", 130.into()),
+                ("HEAD_DIM", 64.into()),
+                ("CAUSAL", true.into()),
+                ("DTYPE", "bf16".into()),
+            ],
+            &knobs,
+        );
+        assert_eq!(c.vars["KV_SPLITS"], 4.into());
+        assert_eq!(c.params["sdpa_fwd"].len(), kernel_params, "{name}");
+        assert_eq!(c.params["sdpa_splitkv_combine"].len(), 23, "{name}");
+        let kernels = c.kernels();
+        assert_eq!(kernels, ["sdpa_fwd", "sdpa_splitkv_combine"]);
+        let args = c.args();
+        check_arguments(&c.params, &kernels, &args).unwrap();
+        // Without the partial buffers the combine kernel's list is short.
+        let mut short = args.clone();
+        short[1].truncate(21);
+        let e = check_arguments(&c.params, &kernels, &short).unwrap_err();
+        assert!(e.contains("`sdpa_splitkv_combine`"), "{e}");
+        let scratch = c.scratch();
+        assert_eq!(scratch[0].len, 4 * 2 * 3 * 77 * 64);
+        assert_eq!(scratch[1].len, 4 * 2 * 3 * 77);
+        assert_eq!(c.dims()[0].1.grid[2], 8);
+    }
 }

@@ -18,7 +18,11 @@
 //! expression like a launch rule's) that the worker allocates per call and fills with
 //! NaN before every checked call. `base = "other.toml"` (a path relative to this file)
 //! takes every top-level key of another family file that this one does not set (the
-//! template path stays relative to the base).
+//! template path stays relative to the base); `[knobs]`, `[derived]` and `[constraints]`
+//! merge entry by entry instead: the base's entries plus this file's, this file's value
+//! winning where both name one (a knob narrowed, a derived value redefined, a knob added).
+//! A `[[launch]]` may set `require_sass` (opcodes like "HGMMA") to replace, for its kernel,
+//! the family's `require_sass` (e.g. `[]` for a combine kernel without tensor-core work).
 //!
 //! Files under `templates/common/` are registered as `common/<path>`: `*.tera` files are
 //! templates themselves; anything else (plain `.cuh` headers) is included verbatim, so
@@ -27,6 +31,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use evo_core::config::StaticConfig;
 use evo_core::space::check_expr_names;
 use evo_core::target::DEFAULT_ARCH;
 use evo_core::{Expr, Genome, Knob, LaunchDims, LaunchRule, Space, Target, Value, Vars};
@@ -104,6 +109,7 @@ struct RawLaunch {
     #[serde(default = "zero")]
     shared_bytes: String,
     args: Option<Vec<String>>,
+    require_sass: Option<Vec<String>>,
 }
 
 /// One entry of a launch's `args`, resolved at load time.
@@ -159,6 +165,8 @@ pub struct Family {
     pub launches: Vec<LaunchRule>,
     /// Each launch's own argument list (`None`: the problem's ABI), in launch order.
     pub launch_args: Vec<Option<Vec<ArgRef>>>,
+    /// Each launch's own `require_sass` (`None`: the family's), in launch order.
+    pub launch_require_sass: Vec<Option<Vec<String>>>,
     /// Scratch buffers, in the order [`ArgSlot::Scratch`] indexes them.
     pub scratch: Vec<ScratchRule>,
     /// The family file.
@@ -252,6 +260,17 @@ fn with_base(path: &Path, text: &str) -> Result<Option<toml::Table>, FamilyError
         base_table.insert("template".into(), toml::Value::String(t));
     }
     for (k, v) in std::mem::take(&mut table) {
+        // Knobs, derived values and constraints merge entry by entry (this file's win).
+        if let (true, toml::Value::Table(entries), Some(toml::Value::Table(into))) = (
+            matches!(k.as_str(), "knobs" | "derived" | "constraints"),
+            &v,
+            base_table.get_mut(&k),
+        ) {
+            for (name, value) in entries {
+                into.insert(name.clone(), value.clone());
+            }
+            continue;
+        }
         base_table.insert(k, v);
     }
     table = base_table;
@@ -519,6 +538,7 @@ impl Family {
         }
         let list_names: Vec<&str> = problem.arg_lists(&probe).iter().map(|(n, _)| *n).collect();
         let mut launch_args = Vec::new();
+        let mut launch_require_sass = Vec::new();
         let mut used_scratch = BTreeSet::new();
 
         let mut launches = Vec::new();
@@ -675,6 +695,7 @@ impl Family {
                 }
             };
             launch_args.push(args);
+            launch_require_sass.push(rl.require_sass);
             launches.push(rule);
         }
         if let Some((i, s)) = scratch
@@ -720,6 +741,7 @@ impl Family {
             constraints,
             launches,
             launch_args,
+            launch_require_sass,
             scratch,
             path: path.to_path_buf(),
             template_name,
@@ -758,6 +780,30 @@ impl Family {
             ctx.insert(v.name.to_string(), v.probe_value());
         }
         ctx
+    }
+
+    /// A config's static rules plus this family's opcode requirements: `require_sass` for
+    /// every kernel, except a kernel whose launches set their own (the union of those).
+    pub fn static_rules(&self, rules: StaticConfig) -> StaticConfig {
+        let launches = || self.launches.iter().zip(&self.launch_require_sass);
+        let with_own: BTreeSet<&str> = launches()
+            .filter(|(_, q)| q.is_some())
+            .map(|(r, _)| r.kernel.as_str())
+            .collect();
+        let mut own: Vec<(String, Vec<String>)> = Vec::new();
+        for kernel in with_own {
+            // Each launch of the kernel adds its list; a launch with none adds the family's.
+            let mut ops: Vec<String> = Vec::new();
+            for (_, q) in launches().filter(|(r, _)| r.kernel == kernel) {
+                for op in q.as_ref().unwrap_or(&self.require_sass) {
+                    if !ops.contains(op) {
+                        ops.push(op.clone());
+                    }
+                }
+            }
+            own.push((kernel.to_string(), ops));
+        }
+        rules.requiring_per_kernel(&self.require_sass, &own)
     }
 
     /// Whether the kernels take their own argument lists or scratch (else each gets the

@@ -443,6 +443,83 @@ fn base_files_lend_every_key_not_set() {
     assert!(e.contains("nope.toml"), "{e}");
 }
 
+/// `[knobs]`, `[derived]` and `[constraints]` of a `base` family merge entry by entry: the
+/// derived file adds a knob, narrows one, redefines a derived value and adds a constraint,
+/// and keeps every other entry of the base.
+#[test]
+fn base_files_merge_knobs_derived_and_constraints_by_entry() {
+    let (_dir, root) = tree(
+        &GOOD_TOML.replace(
+            "THREADS = \"TILE * 2\"",
+            "THREADS = \"TILE * 2\"\nEXTRA = \"0\"",
+        ),
+        &GOOD_TEMPLATE.replace(
+            "constexpr int TILE",
+            "constexpr int EXTRA = {{ EXTRA }};\nconstexpr int TILE",
+        ),
+    );
+    std::fs::create_dir_all(root.join("gemm2")).unwrap();
+    let derived = "base = \"../gemm/toy.toml\"\nname = \"toy2\"\n\n[knobs]\nMORE = [1, 2]\nMODE = [\"fancy\"]\n\n[derived]\nEXTRA = \"MORE * 10\"\n\n[constraints]\nsmall = \"TILE <= 32\"\n";
+    std::fs::write(root.join("gemm2/toy2.toml"), derived).unwrap();
+    let f = Family::load_file(&root.join("gemm2/toy2.toml"), &root).unwrap();
+    let knobs: Vec<(&str, usize)> = f
+        .knobs
+        .iter()
+        .map(|k| (k.name.as_str(), k.values.len()))
+        .collect();
+    assert_eq!(
+        knobs,
+        [("TILE", 3), ("MODE", 1), ("UNROLL", 2), ("MORE", 2)]
+    );
+    let derived: Vec<(&str, &str)> = f
+        .derived
+        .iter()
+        .map(|(n, e)| (n.as_str(), e.source()))
+        .collect();
+    assert_eq!(derived, [("THREADS", "TILE * 2"), ("EXTRA", "MORE * 10")]);
+    let constraints: Vec<&str> = f.constraints.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(constraints, ["smem", "fancy_needs_big", "small"]);
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    // MODE = fancy needs TILE >= 32 (the base's constraint), TILE <= 32 (this file's).
+    let valid: Vec<String> = space.iter_valid().map(|g| g.canonical()).collect();
+    assert_eq!(valid.len(), 4, "{valid:?}");
+    assert!(valid.iter().all(|g| g.contains("TILE=32")), "{valid:?}");
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true,MORE=2").unwrap();
+    assert!(f
+        .render(&space, &g, 0)
+        .unwrap()
+        .contains("constexpr int EXTRA = 20;"));
+}
+
+/// A launch's own `require_sass` replaces the family's for its kernel in the static rules
+/// the family hands the gate; kernels without one keep the family's.
+#[test]
+fn launches_may_replace_the_familys_required_opcodes() {
+    let toml = multi_toml(r#"["a", "a2"]"#, r#"["a2", "b", "c"]"#, SCRATCH)
+        .replace(
+            "min_arch = 80\n",
+            "min_arch = 80\nrequire_sass = [\"HMMA\"]\n",
+        )
+        .replace(
+            "block = [\"256\"]\n",
+            "block = [\"256\"]\nrequire_sass = []\n",
+        );
+    let f = load(&toml, GOOD_TEMPLATE).unwrap();
+    assert_eq!(f.launch_require_sass, [Some(Vec::new()), None]);
+    let config = evo_core::config::StaticConfig {
+        require_sass: vec!["IMMA".into()],
+        ..Default::default()
+    };
+    let rules = f.static_rules(config);
+    assert_eq!(rules.sass_required_of("scale"), ["IMMA"]);
+    assert_eq!(rules.sass_required_of("gemm"), ["IMMA", "HMMA"]);
+    // Without per-launch lists, every kernel gets the family's.
+    let plain = load(&toml.replace("require_sass = []\n", ""), GOOD_TEMPLATE).unwrap();
+    let rules = plain.static_rules(Default::default());
+    assert_eq!(rules.sass_required_of("scale"), ["HMMA"]);
+    assert!(rules.kernel_require_sass.is_empty());
+}
+
 /// `tmap:INPUT:DIMS:BOX:SWIZZLE` in a launch's `args` becomes a tensor-map slot over the
 /// input with contiguous byte strides and the input's element type; malformed ones are
 /// refused at load time.

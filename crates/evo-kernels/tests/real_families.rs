@@ -425,3 +425,166 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
         );
     }
 }
+
+/// The split-KV families (sdpa_fwd_mma_splitkv, sdpa_fwd_wgmma_splitkv) are their base
+/// family (knobs, derived values, constraints, template, arch, required opcodes) plus the
+/// KV_SPLITS knob (the mma one with EPILOGUE pinned to "direct"), SPLITS redefined as it:
+/// every valid genome renders the attention kernel with the split-KV arguments and the
+/// combine kernel for every specialization, to distinct code, and every knob matters; the
+/// base families render neither.
+#[test]
+fn split_kv_families_are_their_base_plus_kv_splits() {
+    let specs = sdpa_specs();
+    for (base_name, name, genomes) in [
+        ("sdpa_fwd_mma", "sdpa_fwd_mma_splitkv", 2400),
+        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 192),
+    ] {
+        let base = Family::load(&templates(), "sdpa_fwd", base_name).unwrap();
+        let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
+        assert_eq!(f.problem.name(), "sdpa_fwd");
+        assert_eq!(f.min_arch, base.min_arch);
+        assert_eq!(f.require_sass, base.require_sass);
+        assert_eq!(f.constraints, base.constraints);
+        let mut knobs = base.knobs.clone();
+        for k in &mut knobs {
+            if k.name == "EPILOGUE" {
+                k.values = vec!["direct".into()];
+            }
+        }
+        knobs.push(evo_core::Knob {
+            name: "KV_SPLITS".into(),
+            values: vec![2.into(), 4.into(), 8.into()],
+        });
+        assert_eq!(f.knobs, knobs, "{name}");
+        for ((n, e), (bn, be)) in f.derived.iter().zip(&base.derived) {
+            assert_eq!(n, bn);
+            if n == "SPLITS" {
+                assert_eq!((e.source(), be.source()), ("KV_SPLITS", "1"));
+            } else {
+                assert_eq!(e, be, "{n}");
+            }
+        }
+        assert_eq!(f.derived.len(), base.derived.len());
+
+        let space = f.space(specs.contexts()).unwrap();
+        let mut sources = BTreeSet::new();
+        let mut count = 0;
+        for g in space.iter_valid() {
+            let splits = g.get("KV_SPLITS").unwrap().to_string();
+            for spec in 0..specs.specs.len() {
+                let src = f.render(&space, &g, spec).unwrap();
+                assert!(src.contains("sdpa_splitkv_combine("), "{}", g.canonical());
+                assert!(src.contains(&format!("KV_SPLITS = {splits},")));
+                assert!(src.contains("#define SPLITKV_PARAMS , float* __restrict__ o_part"));
+                if spec == 0 {
+                    sources.insert(src.split_once('\n').unwrap().1.to_string());
+                }
+            }
+            count += 1;
+        }
+        assert_eq!(count, genomes, "{name}");
+        assert_eq!(sources.len(), count, "{name}: two genomes rendered alike");
+        for knob in space.knobs().iter().filter(|k| k.values.len() > 1) {
+            let distinct = space.iter_valid().step_by(31).any(|b| {
+                let mut bodies = BTreeSet::new();
+                for v in &knob.values {
+                    let mut g = b.clone();
+                    g.set(knob.name.clone(), v.clone());
+                    let vars = space.vars(&g, 0).unwrap();
+                    bodies.insert(f.render_vars(&vars).unwrap());
+                }
+                bodies.len() == knob.values.len()
+            });
+            assert!(
+                distinct,
+                "{name}: no base where every {} differs",
+                knob.name
+            );
+        }
+
+        let base_space = base.space(specs.contexts()).unwrap();
+        let g = base_space.iter_valid().next().unwrap();
+        let src = base.render(&base_space, &g, 0).unwrap();
+        assert!(src.contains("KV_SPLITS = 1,"));
+        assert!(!src.contains("sdpa_splitkv_combine("));
+        assert!(src.contains("#define SPLITKV_PARAMS\n"));
+    }
+}
+
+/// Their launches on ragged shapes: the attention kernel on grid (query blocks, heads,
+/// batch x KV_SPLITS) with the ABI (sdpa_fwd_wgmma: and its three tensor maps) then the two
+/// partial buffers, the combine on one warp per output row with the ABI then the same
+/// buffers; float32 scratch of KV_SPLITS partial rows per query row; the combine kernel is
+/// exempt from the family's HGMMA rule, the attention kernel is not.
+#[test]
+fn split_kv_launches_scratch_and_arguments() {
+    use evo_kernels::harness::{ArgSlot, ElemType};
+    let sdpa = problem("sdpa_fwd").unwrap();
+    for name in ["sdpa_fwd_mma_splitkv", "sdpa_fwd_wgmma_splitkv"] {
+        let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
+        let specs = sdpa_specs();
+        let space = f.space(specs.contexts()).unwrap();
+        for (b, h, sq, skv, causal) in [
+            (2i64, 3i64, 77i64, 130i64, true),
+            (1, 8, 130, 77, false),
+            (1, 4, 1, 8192, false),
+        ] {
+            for g in space.iter_valid().step_by(41) {
+                let vars = space.vars(&g, 0).unwrap();
+                let shape: Vars = [
+                    ("BATCH", b.into()),
+                    ("HEADS", h.into()),
+                    ("SEQ_Q", sq.into()),
+                    ("SEQ_KV", skv.into()),
+                    ("HEAD_DIM", 64.into()),
+                    ("CAUSAL", causal.into()),
+                    ("DTYPE", "f16".into()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+                let s = vars["KV_SPLITS"].as_int().unwrap();
+                let bm = vars["BLOCK_M"].as_int().unwrap();
+                let scratch = f.scratch_specs(&vars, &shape).unwrap();
+                let got: Vec<(&str, ElemType, usize)> = scratch
+                    .iter()
+                    .map(|t| (t.name.as_str(), t.elem, t.len))
+                    .collect();
+                let rows = (s * b * h * sq) as usize;
+                assert_eq!(
+                    got,
+                    [
+                        ("o_part", ElemType::F32, rows * 64),
+                        ("lse_part", ElemType::F32, rows)
+                    ]
+                );
+                let dims = f.launch_dims(&vars, &shape).unwrap();
+                assert_eq!(dims.len(), 2);
+                assert_eq!(dims[0].0, "sdpa_fwd");
+                assert_eq!(
+                    dims[0].1.grid,
+                    [((sq + bm - 1) / bm) as u32, h as u32, (b * s) as u32]
+                );
+                assert_eq!(dims[0].1.block[0] as i64, vars["THREADS"].as_int().unwrap());
+                assert_eq!(dims[1].0, "sdpa_splitkv_combine");
+                assert_eq!(dims[1].1.grid, [((b * h * sq + 3) / 4) as u32, 1, 1]);
+                assert_eq!(dims[1].1.block, [128, 1, 1]);
+                assert_eq!(dims[1].1.shared_bytes, 0);
+                let args = f.launch_args(&vars, &shape).unwrap();
+                let abi = sdpa.args(&shape);
+                let parts = [ArgSlot::Scratch(0), ArgSlot::Scratch(1)];
+                assert_eq!(args[1], [abi.clone(), parts.to_vec()].concat());
+                let n_maps = if name.contains("wgmma") { 3 } else { 0 };
+                assert_eq!(args[0].len(), abi.len() + n_maps + 2);
+                assert_eq!(args[0][..abi.len()], abi[..]);
+                assert!(args[0][abi.len()..abi.len() + n_maps]
+                    .iter()
+                    .all(|a| matches!(a, ArgSlot::TensorMap(_))));
+                assert_eq!(args[0][abi.len() + n_maps..], parts);
+            }
+        }
+        let rules = f.static_rules(Default::default());
+        assert!(rules.sass_required_of("sdpa_splitkv_combine").is_empty());
+        assert_eq!(rules.sass_required_of("sdpa_fwd"), f.require_sass);
+    }
+}

@@ -125,10 +125,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         pool: Pool::new(workers, cfg.timeouts.clone()),
         gates: GateSettings {
             target,
-            static_rules: cfg
-                .static_rules
-                .clone()
-                .requiring(&loaded.family.require_sass),
+            static_rules: loaded.family.static_rules(cfg.static_rules.clone()),
             correctness: cfg.correctness.clone(),
             timing: (cfg.timing.enabled && !o.no_timing).then(|| cfg.timing.clone()),
         },

@@ -368,7 +368,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                     pool: Pool::new(workers, config.timeouts.clone()),
                     gates: GateSettings {
                         target: target.clone(),
-                        static_rules: config.static_rules.clone().requiring(&family.require_sass),
+                        static_rules: family.static_rules(config.static_rules.clone()),
                         correctness: config.correctness.clone(),
                         timing: Some(config.timing.clone()),
                     },
