@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 8, part 1 on an H200 (about 5-6 minutes): PyTorch SDPA (every backend) on the shapes of
-# configs/sdpa_wgmma_search.toml (default shapes + (4,16,4096,64), (4,16,4096,128),
-# (1,16,16384,128), causal and not) as the search's imported baseline, then an `evo search` of
+# configs/sdpa_wgmma_search.toml (default shapes + (4,16,4096,128), causal and not) as the
+# search's imported baseline, then an `evo search` of
 # sdpa_fwd_wgmma for HOPPER_SEARCH_BUDGET (default 4m). Writes $OUT/torch_baseline.txt,
 # search.txt, search_summary.txt and hopper.db (part 2, scripts/gpu/hopper_export.sh, exports
 # from it).
@@ -16,4 +16,6 @@ echo "== evo search (${HOPPER_SEARCH_BUDGET:-4m})"
 rm -f "$OUT/hopper.db" "$OUT"/hopper.db-*
 $EVO search -c configs/sdpa_wgmma_search.toml --run hopper --db "$OUT/hopper.db" --budget "${HOPPER_SEARCH_BUDGET:-4m}" --no-progress 2>&1 | tail -n 30 | tee "$OUT/search.txt"
 python3 scripts/run_summary.py "$OUT/hopper.db" hopper 2>&1 | tee "$OUT/search_summary.txt"
+# Where each evaluation's time went (the pool logs checks / timing / slowest shape per variant).
+grep -h "evaluated job=" "$OUT/evo-logs/hopper.log" 2>/dev/null | tail -n 40 | tee "$OUT/eval_times.txt"
 echo "total ${SECONDS}s"

@@ -178,6 +178,21 @@ impl Pool {
             r
         };
         let _ = self.free_tx.send(index);
+        // Where a variant's evaluation time goes (a slow gate shows up here first).
+        let slowest = result
+            .shapes
+            .iter()
+            .max_by(|a, b| a.check_ms.total_cmp(&b.check_ms));
+        tracing::info!(
+            job = result.id,
+            status = ?result.status,
+            elapsed_ms = result.elapsed_ms.round(),
+            check_ms = result.check_ms.round(),
+            timing_ms = result.timing_ms.round(),
+            slowest_check_ms = slowest.map_or(0.0, |s| s.check_ms.round()),
+            slowest_check_shape = %slowest.map(|s| evo_core::Genome::from_vars(s.vars.clone()).canonical()).unwrap_or_default(),
+            "evaluated"
+        );
         result
     }
 

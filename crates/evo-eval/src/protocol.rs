@@ -157,6 +157,10 @@ pub struct ShapeResult {
     pub vars: Vars,
     pub trials: Vec<TrialReport>,
     pub timing: Option<TimingReport>,
+    /// Wall time of this shape's correctness checks (inputs, reference, launches,
+    /// comparisons), for the run log.
+    #[serde(default)]
+    pub check_ms: f64,
 }
 
 impl ShapeResult {

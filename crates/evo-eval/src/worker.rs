@@ -387,7 +387,9 @@ impl Worker {
         }
         let checks = Instant::now();
         for shape in &job.shapes {
-            let r = self.check_shape(job, problem, &functions, shape)?;
+            let began = Instant::now();
+            let mut r = self.check_shape(job, problem, &functions, shape)?;
+            r.check_ms = began.elapsed().as_secs_f64() * 1e3;
             result.shapes.push(r);
         }
         result.check_ms = checks.elapsed().as_secs_f64() * 1e3;
@@ -698,6 +700,7 @@ impl Worker {
             vars: vars.clone(),
             trials: reports,
             timing: None,
+            check_ms: 0.0,
         })
     }
 

@@ -719,6 +719,8 @@ mod tests {
         let mut checked = 0;
         for (problem, family) in [
             ("sdpa_fwd", "sdpa_fwd_wgmma"),
+            ("sdpa_fwd", "sdpa_fwd_wgmma_splitkv"),
+            ("sdpa_fwd", "sdpa_fwd_mma_splitkv"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split"),
         ] {
@@ -803,7 +805,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert!(checked >= 17, "{checked}");
+        assert!(checked >= 33, "{checked}");
     }
 
     #[test]
