@@ -351,7 +351,7 @@ pub enum Command {
         #[arg(long, default_value_t = 0)]
         gpu: u32,
     },
-    /// Launch one kernel once on random inputs (what profilers wrap).
+    /// Launch a kernel (or a variant's kernels) once on random inputs (what profilers wrap).
     #[command(hide = true)]
     RunOnce {
         #[arg(long)]
@@ -360,8 +360,12 @@ pub enum Command {
         source: PathBuf,
         #[arg(long)]
         shape: String,
+        /// One kernel with the problem's ABI, launched by this rule.
+        #[arg(long, conflicts_with = "plan", required_unless_present = "plan")]
+        launch: Option<String>,
+        /// A JSON launch plan (kernels, geometry, arguments, scratch) written by `evo profile`.
         #[arg(long)]
-        launch: String,
+        plan: Option<PathBuf>,
         #[arg(long, default_value_t = 0)]
         gpu: u32,
     },

@@ -406,3 +406,35 @@ fn search_quality_reports_coverage_and_is_deterministic() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("records family `sdpa_fwd_mma`"));
 }
+
+/// `evo run-once` (what `evo profile` hands to ncu and compute-sanitizer) takes a launch
+/// rule or a launch plan, not both and not neither, and says what is wrong with a plan file
+/// before it looks for a GPU.
+#[test]
+fn run_once_wants_a_launch_rule_or_a_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.cu");
+    std::fs::write(&src, "extern \"C\" __global__ void sdpa_fwd() {}").unwrap();
+    let base = |extra: &[&str]| {
+        let mut c = Command::cargo_bin("evo").unwrap();
+        c.args(["run-once", "--problem", "sdpa_fwd", "--source"])
+            .arg(&src)
+            .args(["--shape", "BATCH=1,HEADS=1,SEQ_Q=8,SEQ_KV=8,HEAD_DIM=64"])
+            .args(extra);
+        c
+    };
+    base(&[]).assert().code(2);
+    base(&[
+        "--launch",
+        "grid = 1, 1, 1; block = 32, 1, 1",
+        "--plan",
+        "p.json",
+    ])
+    .assert()
+    .code(2);
+    let plan = dir.path().join("plan.json");
+    std::fs::write(&plan, "{\"kernels\": 3}").unwrap();
+    let o = base(&["--plan", plan.to_str().unwrap()]).assert().failure();
+    let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
+    assert!(err.contains("is not a launch plan"), "{err}");
+}

@@ -237,8 +237,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             source,
             shape,
             launch,
+            plan,
             gpu,
-        } => profile::run_once(problem, source, shape, launch, *gpu),
+        } => profile::run_once(
+            problem,
+            source,
+            shape,
+            launch.as_deref(),
+            plan.as_deref(),
+            *gpu,
+        ),
         Command::Worker { gpu } => {
             let stdin = std::io::stdin().lock();
             let stdout = std::io::stdout().lock();

@@ -8,11 +8,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target, Vars};
 use evo_eval::profile::{self, ToolReport};
+use evo_eval::protocol::ShapeJob;
 use evo_gpu::runtime::Gpu;
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::harness::InputKind;
 use evo_kernels::{handwritten, Family, Specializations};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::output::{print_json, table};
 use crate::setup;
@@ -51,7 +52,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         &'static dyn evo_kernels::Problem,
         std::path::PathBuf,
         Vars,
-        String,
+        Launch,
     ) = match (o.file, o.config, o.genome) {
         (Some(file), None, None) => {
             let name = o
@@ -76,7 +77,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                 o.shape
                     .ok_or_else(|| anyhow!("--shape is required with a file"))?,
             )?;
-            (problem, file.to_path_buf(), shape, launch)
+            (problem, file.to_path_buf(), shape, Launch::Rule(launch))
         }
         (None, Some(cfg), Some(genome)) => {
             let config = SearchConfig::load(cfg)?;
@@ -103,26 +104,47 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             let source = family.render(&space, &g, 0)?;
             let vars = space.vars(&g, 0)?;
             let dims = family.launch_dims(&vars, &shape)?;
-            if dims.len() != 1 {
-                bail!(
-                    "evo profile handles single-kernel variants; this one has {}",
-                    dims.len()
-                );
-            }
-            let d = dims[0].1;
-            let launch = format!(
-                "grid = {}, {}, {}; block = {}, {}, {}; shared_bytes = {}",
-                d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1], d.block[2], d.shared_bytes
-            );
+            // Every kernel of the variant with its own arguments and scratch, as the
+            // evaluator launches them.
+            let plan = LaunchPlan {
+                kernels: dims.iter().map(|(k, _)| k.clone()).collect(),
+                shape: ShapeJob {
+                    vars: shape.clone(),
+                    launches: dims.iter().map(|(_, d)| *d).collect(),
+                    timed: false,
+                    args: family.launch_args(&vars, &shape).map_err(|e| anyhow!(e))?,
+                    scratch: family
+                        .scratch_specs(&vars, &shape)
+                        .map_err(|e| anyhow!(e))?,
+                },
+            };
             let path = std::env::temp_dir().join(format!("evo-profile-{}.cu", g.hash()));
             std::fs::write(&path, source)?;
-            (problem, path, shape, launch)
+            let plan_path = path.with_extension("plan.json");
+            std::fs::write(&plan_path, serde_json::to_string(&plan)?)?;
+            let launch = dims
+                .iter()
+                .map(|(k, d)| {
+                    format!(
+                        "{k}: grid = {}, {}, {}; block = {}, {}, {}; shared_bytes = {}",
+                        d.grid[0],
+                        d.grid[1],
+                        d.grid[2],
+                        d.block[0],
+                        d.block[1],
+                        d.block[2],
+                        d.shared_bytes
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" | ");
+            (problem, path, shape, Launch::Plan(plan_path, launch))
         }
         _ => bail!("give a kernel file with --problem, or -c CONFIG with -g GENOME"),
     };
     let shape_text = Genome::from_vars(shape.clone()).canonical();
     let exe = std::env::current_exe()?;
-    let command: Vec<String> = vec![
+    let mut command: Vec<String> = vec![
         exe.display().to_string(),
         "run-once".into(),
         "--problem".into(),
@@ -131,11 +153,19 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         source_path.display().to_string(),
         "--shape".into(),
         shape_text.clone(),
-        "--launch".into(),
-        launch.clone(),
         "--gpu".into(),
         o.gpu.to_string(),
     ];
+    let launch = match launch {
+        Launch::Rule(rule) => {
+            command.extend(["--launch".to_string(), rule.clone()]);
+            rule
+        }
+        Launch::Plan(path, text) => {
+            command.extend(["--plan".to_string(), path.display().to_string()]);
+            text
+        }
+    };
     let kernel = problem.entry();
     let mut tools = Vec::new();
     for tool in o.tools.split(',').map(str::trim).filter(|t| !t.is_empty()) {
@@ -190,19 +220,58 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     })
 }
 
-/// Compiles `source` for the GPU, launches it once on random inputs, and exits.
+/// How `evo run-once` launches: one kernel with the problem's ABI by a launch rule, or a
+/// family variant's plan (every kernel with its arguments and scratch).
+enum Launch {
+    Rule(String),
+    /// The plan's file and its launches as text.
+    Plan(std::path::PathBuf, String),
+}
+
+/// A family variant's kernels on one shape, as the evaluator launches them (`evo profile`
+/// writes it, `evo run-once --plan` reads it).
+#[derive(Serialize, Deserialize)]
+struct LaunchPlan {
+    kernels: Vec<String>,
+    shape: ShapeJob,
+}
+
+/// Compiles `source` for the GPU, launches it once on random inputs (every kernel of the
+/// plan in order, with its arguments, tensor maps and scratch; or one kernel with the
+/// problem's ABI by `launch`), and exits.
 pub fn run_once(
     problem: &str,
     source: &Path,
     shape: &str,
-    launch: &str,
+    launch: Option<&str>,
+    plan: Option<&Path>,
     gpu: u32,
 ) -> Result<ExitCode> {
     let problem =
         evo_kernels::problem(problem).ok_or_else(|| anyhow!("unknown problem `{problem}`"))?;
     let shape = complete(problem, shape)?;
-    let rule = handwritten::parse_launch(problem, launch).map_err(|e| anyhow!("--launch: {e}"))?;
-    let dims = rule.eval(&shape)?;
+    let plan = match (launch, plan) {
+        (Some(launch), None) => {
+            let rule =
+                handwritten::parse_launch(problem, launch).map_err(|e| anyhow!("--launch: {e}"))?;
+            LaunchPlan {
+                kernels: vec![rule.kernel.clone()],
+                shape: ShapeJob {
+                    vars: shape.clone(),
+                    launches: vec![rule.eval(&shape)?],
+                    timed: false,
+                    args: vec![],
+                    scratch: vec![],
+                },
+            }
+        }
+        (None, Some(path)) => serde_json::from_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("{} is not a launch plan", path.display()))?,
+        _ => bail!("give --launch or --plan"),
+    };
     let g = Gpu::open(gpu as i32)?;
     let (major, minor) = g.info.compute_capability;
     let compiler = Compiler::new(
@@ -220,8 +289,12 @@ pub fn run_once(
         .filter(|_| compiled.success)
         .ok_or_else(|| anyhow!("compile failed:\n{}", compiled.log))?;
     let module = g.load_module(&cubin)?;
-    let f = module.function(&rule.kernel)?;
-    f.set_max_dynamic_smem(dims.shared_bytes)?;
+    let mut functions = Vec::new();
+    for (kernel, dims) in plan.kernels.iter().zip(&plan.shape.launches) {
+        let f = module.function(kernel)?;
+        f.set_max_dynamic_smem(dims.shared_bytes)?;
+        functions.push(f);
+    }
     let inputs = problem.generate(&shape, InputKind::Random, 1);
     let bufs = inputs
         .iter()
@@ -232,17 +305,25 @@ pub fn run_once(
     }
     let out_spec = problem.output(&shape);
     let out = g.alloc(out_spec.len * out_spec.elem.size())?;
+    let scratch = plan
+        .shape
+        .scratch
+        .iter()
+        .map(|t| g.alloc(t.len * t.elem.size()))
+        .collect::<Result<Vec<_>, _>>()?;
     let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
-    let args = evo_eval::worker::bind_args(
-        &problem.args(&shape),
-        &evo_eval::worker::CallPointers {
-            inputs: &ptrs,
-            output: out.ptr(),
-            scratch: &[],
-        },
-    )
-    .map_err(|e| anyhow!(e))?;
-    g.launch(&f, &dims, &args)?;
+    let scratch_ptrs: Vec<u64> = scratch.iter().map(|b| b.ptr()).collect();
+    let pointers = evo_eval::worker::CallPointers {
+        inputs: &ptrs,
+        output: out.ptr(),
+        scratch: &scratch_ptrs,
+    };
+    let abi = problem.args(&shape);
+    for (i, (f, dims)) in functions.iter().zip(&plan.shape.launches).enumerate() {
+        let slots = plan.shape.args.get(i).unwrap_or(&abi);
+        let args = evo_eval::worker::bind_args(slots, &pointers).map_err(|e| anyhow!(e))?;
+        g.launch(f, dims, &args)?;
+    }
     g.synchronize()?;
     Ok(ExitCode::SUCCESS)
 }
