@@ -1,46 +1,14 @@
 """Drives an artifact's evo_kernel.plan() with fake tensors (no torch, no GPU) for
 crates/evo-cli/tests/export.rs: prints JSON with the plan of every shape in the
 manifest, the error message of each bad call, and the dispatch picks of a few shapes."""
-import json, sys
+import json, os, sys
 
 sys.path.insert(0, sys.argv[1])
 import evo_kernel as ek  # noqa: E402
 
 
-class DType:
-    def __init__(self, name):
-        self.name = name
-
-    def __str__(self):
-        return self.name
-
-
-class Fake:
-    """What plan() reads of a torch.Tensor."""
-
-    def __init__(self, shape, dtype="torch.float16", ptr=4096, strides=None, device="cuda:0"):
-        self.shape = tuple(shape)
-        self.dtype = DType(dtype)
-        self.device = device
-        self.is_cuda = device.startswith("cuda")
-        self._ptr = ptr
-        if strides is None:
-            strides, acc = [], 1
-            for n in reversed(self.shape):
-                strides.insert(0, acc)
-                acc *= n
-        self._strides = tuple(strides)
-
-    def stride(self):
-        return self._strides
-
-    def data_ptr(self):
-        return self._ptr
-
-
-def qkv(b, h, sq, skv, d, **kw):
-    return Fake((b, h, sq, d), ptr=4096, **kw), Fake((b, h, skv, d), ptr=8192, **kw), Fake((b, h, skv, d), ptr=12288, **kw)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from artifact_fakes import Fake, qkv  # noqa: E402
 
 out = {"plans": [], "errors": {}, "picks": {}}
 for v in ek.MANIFEST["variants"]:

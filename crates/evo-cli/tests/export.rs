@@ -819,28 +819,26 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
     }
 }
 
-/// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
-const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,SETMAXNREG=true,STAGES=2,WARP_SPEC=on";
-
-/// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
-/// tensor maps) exports: the manifest names every argument, the Python binding encodes
-/// the maps over the call's tensors (through a fake driver) and refuses tensors a map
-/// cannot describe, kernel.h encodes them in C++.
-#[test]
-fn export_of_a_family_with_tensor_map_arguments() {
-    let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("population.db");
+/// A database with run `name` of `configs/<config>.toml` (family `family`): one evaluated
+/// genome with a time on each of `shapes`.
+fn one_genome_run(
+    db: &Path,
+    name: &str,
+    config: &str,
+    family: &str,
+    genome: &str,
+    shapes: &[Vars],
+) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = Store::open(db.to_str().unwrap()).await.unwrap();
         let run = store
             .create_run(&NewRun {
-                name: "hopper".into(),
-                config_toml: std::fs::read_to_string(root().join("configs/sdpa_wgmma.toml"))
+                name: name.into(),
+                config_toml: std::fs::read_to_string(root().join(format!("configs/{config}.toml")))
                     .unwrap(),
                 problem: "sdpa_fwd".into(),
-                family: "sdpa_fwd_wgmma".into(),
+                family: family.into(),
                 seed: 1,
                 strategy: "evolution".into(),
                 evaluator: "gpu".into(),
@@ -855,14 +853,14 @@ fn export_of_a_family_with_tensor_map_arguments() {
             .insert_candidates(
                 run,
                 &[NewCandidate::new(
-                    Genome::parse(W).unwrap(),
+                    Genome::parse(genome).unwrap(),
                     0,
                     Origin::Seed,
                 )],
             )
             .await
             .unwrap();
-        let times: Vec<NewMeasurement> = shapes()
+        let times: Vec<NewMeasurement> = shapes
             .iter()
             .enumerate()
             .map(|(i, s)| measurement(s, Some(10.0 + i as f64)))
@@ -879,6 +877,121 @@ fn export_of_a_family_with_tensor_map_arguments() {
         store.record_result(ids[0], &result, &times).await.unwrap();
         store.close().await;
     });
+}
+
+/// A genome of the split-KV Hopper family: two kernels, tensor maps and two scratch buffers.
+const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,SETMAXNREG=false,STAGES=3,WARP_SPEC=on";
+
+/// A variant of several kernels with scratch exports: both launches in order with their
+/// arguments, the scratch buffers with their lengths, the Python plan's launches and
+/// scratch sizes as the family computes them, kernel.h's launch rules and its launch()
+/// (which lays the scratch out in one workspace) through g++.
+#[test]
+fn export_of_a_split_kv_variant_with_scratch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let shape = |b: i64, h: i64, sq: i64, skv: i64, d: i64| -> Vars {
+        let mut v = shapes()[0].clone();
+        for (k, x) in [
+            ("BATCH", b),
+            ("HEADS", h),
+            ("SEQ_Q", sq),
+            ("SEQ_KV", skv),
+            ("HEAD_DIM", d),
+        ] {
+            v.insert(k.into(), Value::Int(x));
+        }
+        v
+    };
+    // The shapes of configs/sdpa_wgmma_splitkv.toml.
+    let measured = [
+        shape(1, 8, 128, 4096, 64),
+        shape(1, 4, 64, 8192, 128),
+        shape(2, 8, 512, 512, 64),
+        shape(1, 8, 64, 16384, 64),
+    ];
+    one_genome_run(
+        &db,
+        "split",
+        "sdpa_wgmma_splitkv",
+        "sdpa_fwd_wgmma_splitkv",
+        SPLIT,
+        &measured,
+    );
+    let out = tmp.path().join("art");
+    evo(&db)
+        .args(["export", "split", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let m = manifest(&out);
+    for v in m["variants"].as_array().unwrap() {
+        let kernels: Vec<&str> = v["launches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["kernel"].as_str().unwrap())
+            .collect();
+        assert_eq!(kernels, ["sdpa_fwd", "sdpa_splitkv_combine"]);
+        assert_eq!(
+            v["scratch"],
+            serde_json::json!([
+                {"name": "o_part", "elem": "f32", "len": "KV_SPLITS * BATCH * HEADS * SEQ_Q * HEAD_DIM"},
+                {"name": "lse_part", "elem": "f32", "len": "KV_SPLITS * BATCH * HEADS * SEQ_Q"},
+            ])
+        );
+        let combine = v["launches"][1]["args"].as_array().unwrap();
+        assert_eq!(combine.len(), 21 + 2);
+        assert_eq!(combine[21], serde_json::json!({"scratch": "o_part"}));
+        assert_eq!(v["constants"]["KV_SPLITS"], 4);
+    }
+    // The Python plan: both launches, the scratch sizes in bytes.
+    if let Some(py) = python() {
+        let script =
+            "import json, sys\nsys.path.insert(0, sys.argv[1])\nsys.path.insert(0, sys.argv[2])\n\
+            import evo_kernel as ek, artifact_fakes as f\n\
+            q, k, v = f.qkv(1, 8, 128, 4096, 64)\n\
+            print(json.dumps(ek.plan(q, k, v).as_dict()))\n";
+        let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-c", script])
+            .arg(&out)
+            .arg(root().join("crates/evo-cli/tests"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let plan: Json = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            plan["scratch"],
+            serde_json::json!([
+                ["o_part", 4 * 8 * 128 * 64 * 4],
+                ["lse_part", 4 * 8 * 128 * 4]
+            ])
+        );
+        let launches = plan["launches"].as_array().unwrap();
+        assert_eq!(launches[0]["grid"], serde_json::json!([2, 8, 4]));
+        assert_eq!(launches[1]["grid"], serde_json::json!([256, 1, 1]));
+        assert_eq!(
+            launches[1]["args"][21],
+            serde_json::json!(["o_part", "pointer", 0])
+        );
+    }
+    check_kernel_h(&out);
+}
+
+/// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
+const W: &str =
+    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,SETMAXNREG=true,STAGES=2,WARP_SPEC=on";
+
+/// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
+/// tensor maps) exports: the manifest names every argument, the Python binding encodes
+/// the maps over the call's tensors (through a fake driver) and refuses tensors a map
+/// cannot describe, kernel.h encodes them in C++.
+#[test]
+fn export_of_a_family_with_tensor_map_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    one_genome_run(&db, "hopper", "sdpa_wgmma", "sdpa_fwd_wgmma", W, &shapes());
     let out = tmp.path().join("art");
     evo(&db)
         .args(["export", "hopper", "--out"])

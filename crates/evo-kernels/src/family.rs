@@ -1000,11 +1000,7 @@ pub fn resolve_launch_args(
                         )?));
                     }
                     ArgRef::List(name) => {
-                        let range = lists
-                            .iter()
-                            .find(|(n, _)| n == name)
-                            .map(|(_, r)| r.clone())
-                            .ok_or_else(|| format!("no argument list `{name}`"))?;
+                        let range = arg_list(&lists, name)?;
                         out.extend(
                             abi.get(range).ok_or_else(|| {
                                 format!("argument list `{name}` runs past the ABI")
@@ -1016,6 +1012,19 @@ pub fn resolve_launch_args(
             Ok(out)
         })
         .collect()
+}
+
+/// The range of [`Problem::args`] that the argument list `name` of `lists`
+/// ([`Problem::arg_lists`]) covers.
+pub fn arg_list(
+    lists: &[(&'static str, std::ops::Range<usize>)],
+    name: &str,
+) -> Result<std::ops::Range<usize>, String> {
+    lists
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, r)| r.clone())
+        .ok_or_else(|| format!("no argument list `{name}`"))
 }
 
 /// The scratch buffers of `scratch` for a genome's variables on a (complete) shape, in

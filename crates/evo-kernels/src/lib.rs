@@ -18,6 +18,8 @@ pub mod problem;
 pub mod problems;
 pub mod variant;
 
-pub use family::{resolve_launch_args, resolve_scratch, ArgRef, Family, FamilyError, ScratchRule};
+pub use family::{
+    arg_list, resolve_launch_args, resolve_scratch, ArgRef, Family, FamilyError, ScratchRule,
+};
 pub use problem::{problem, problems, Problem, VarDecl, VarKind};
 pub use variant::{RenderedVariant, Specialization, Specializations};

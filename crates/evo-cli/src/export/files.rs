@@ -201,14 +201,16 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         )?;
         h.push_str(&bind(v, false));
         h.push_str("    unsigned long long bytes = 0;\n");
-        for s in &v.scratch {
-            writeln!(
-                h,
-                "    bytes += (unsigned long long)round_up(({}) * {}, 256);  // {}",
+        // Each buffer at a 256-byte aligned offset: the same sum launch() walks.
+        let padded = |s: &super::manifest::ScratchText| -> Result<String> {
+            Ok(format!(
+                "(unsigned long long)round_up(({}) * {}, 256)",
                 s.len,
-                elem_bytes(&s.elem)?,
-                s.name
-            )?;
+                elem_bytes(&s.elem)?
+            ))
+        };
+        for s in &v.scratch {
+            writeln!(h, "    bytes += {};  // {}", padded(s)?, s.name)?;
         }
         h.push_str("    return bytes;\n}\n");
         writeln!(
@@ -223,10 +225,9 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         for s in &v.scratch {
             writeln!(
                 h,
-                "    const CUdeviceptr scratch_{name} = workspace + offset;\n    offset += (unsigned long long)round_up(({}) * {}, 256);",
-                s.len,
-                elem_bytes(&s.elem)?,
-                name = s.name
+                "    const CUdeviceptr scratch_{} = workspace + offset;\n    offset += {};",
+                s.name,
+                padded(s)?
             )?;
         }
         for (i, l) in v.launches.iter().enumerate() {

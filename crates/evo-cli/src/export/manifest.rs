@@ -459,11 +459,8 @@ pub fn launch_texts(
                                 .clone(),
                         )),
                         ArgRef::List(name) => {
-                            let range = lists
-                                .iter()
-                                .find(|(n, _)| n == name)
-                                .map(|(_, r)| r.clone())
-                                .ok_or_else(|| format!("{what}: no argument list `{name}`"))?;
+                            let range = evo_kernels::arg_list(&lists, name)
+                                .map_err(|e| format!("{what}: {e}"))?;
                             for p in params.get(range).ok_or_else(|| {
                                 format!("{what}: argument list `{name}` runs past the ABI")
                             })? {
