@@ -1,6 +1,7 @@
 #pragma once
 // Hopper warpgroup MMA (sm_90a): wgmma.mma_async m64nNk16 with f16/bf16 operands and f32
-// accumulators, the shared-memory matrix descriptor, and the fence / commit / wait protocol.
+// accumulators (and m64nNk32 with e4m3 operands, below), the shared-memory matrix descriptor,
+// and the fence / commit / wait protocol.
 // Facts from the PTX ISA ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate") and from how
 // CUTLASS (cute/arch/mma_sm90_desc.hpp) encodes descriptors; the code is evo's own.
 //
@@ -195,6 +196,94 @@ struct Wgmma<__nv_bfloat16, 128, TRANS_B> {
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate),
               "n"(TRANS_B));
+    }
+};
+
+// ---- 8-bit operands: wgmma.mma_async m64nNk32 .e4m3 x .e4m3 -> .f32 (QGMMA in the SASS) --------
+// For 8-bit types wgmma takes no transpose immediates: A and B are both K-major (k contiguous in
+// each row of M resp. N), from shared memory (descriptors) or, for A, from registers.
+// Register A (64 x 32 e4m3, PTX ISA "WGMMA .m64nNk32 register fragment layout for matrix A"),
+// 4 x b32 per thread, each four consecutive-k bytes, the lowest k in the lowest byte (g = l/4,
+// t = l%4, rows of warp w of the warpgroup):
+//   a0 = A[16w + g][4t .. 4t+3],      a1 = A[16w + g + 8][4t .. 4t+3],
+//   a2 = A[16w + g][16+4t .. 16+4t+3], a3 = A[16w + g + 8][16+4t .. 16+4t+3]
+// (per warp, mma.sync m16n8k32's A fragment). The f32 accumulator layout is the one above, so the
+// floats of S a thread holds (columns 8j + 2t, 8j + 2t + 1) are not the columns its A registers
+// need (4t .. 4t+3): either permute bytes across threads (FlashAttention-3) or, as
+// sdpa_fwd_fp8_wgmma does, let A column c stand for key perm(c) (same permutation on V's rows).
+//
+// Byte tiles (K-major, one swizzle span per row): ROW_BYTES = 128 (the 128-byte swizzle, 16-byte
+// chunk c of row r at c ^ (r % 8), 8-row groups 1024 bytes apart) or ROW_BYTES = 64 (the 64-byte
+// swizzle: chunk c of row r at c ^ ((r / 2) % 4), 8-row groups 512 bytes apart). Both are the
+// swizzle of address bits 4.. with bits 7..: tiles start 1024-byte aligned. The k32 step kk
+// starts 32 kk bytes into the row (as the f16 k16 step: the hardware swizzles the address).
+
+// Byte offset of byte `b` of row `r` in a K-major byte tile of ROW_BYTES-byte rows (64 or 128).
+template <int ROW_BYTES>
+__device__ __forceinline__ unsigned swz_byte_offset(int r, int b) {
+    static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "byte tiles: 64- or 128-byte rows");
+    const int phase = ROW_BYTES == 128 ? (r & 7) : ((r >> 1) & 3);
+    return static_cast<unsigned>(r * ROW_BYTES + ((((b >> 4) ^ phase)) << 4) + (b & 15));
+}
+
+// Descriptor of a K-major byte tile of ROW_BYTES-byte rows at shared address `smem` (start of the
+// k32 step: tile + 32 kk): layout 1 (128-byte swizzle) or 2 (64-byte swizzle), SBO = 8 rows,
+// LBO unused for swizzled K-major operands (encoded 1).
+template <int ROW_BYTES>
+__device__ __forceinline__ unsigned long long wgmma_desc_kmajor_bytes(unsigned smem) {
+    static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "byte tiles: 64- or 128-byte rows");
+    unsigned long long d = 0;
+    d |= static_cast<unsigned long long>((smem & 0x3FFFF) >> 4);
+    d |= 1ull << 16;
+    d |= static_cast<unsigned long long>(((8 * ROW_BYTES) >> 4) & 0x3FFF) << 32;
+    d |= (ROW_BYTES == 128 ? 1ull : 2ull) << 62;
+    return d;
+}
+
+// d (+)= A B on e4m3 operands, N in {64, 128} (N/2 floats of d per thread); `accumulate` 0
+// overwrites d. ss: A and B from shared memory; rs: A from registers (layout above).
+template <int N>
+struct WgmmaE4m3;
+template <>
+struct WgmmaE4m3<64> {
+    __device__ __forceinline__ static void ss(float (&d)[32], unsigned long long desc_a,
+                                              unsigned long long desc_b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    }
+    __device__ __forceinline__ static void rs(float (&d)[32], const unsigned (&a)[4],
+                                              unsigned long long desc_b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    }
+};
+template <>
+struct WgmmaE4m3<128> {
+    __device__ __forceinline__ static void ss(float (&d)[64], unsigned long long desc_a,
+                                              unsigned long long desc_b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    }
+    __device__ __forceinline__ static void rs(float (&d)[64], const unsigned (&a)[4],
+                                              unsigned long long desc_b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
     }
 };
 
