@@ -2,7 +2,7 @@
 //! compiles with NVRTC to an sm_90a CUBIN through the real CLI, without spills, with
 //! tensor-core instructions in its SASS.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
@@ -37,24 +37,64 @@ fn check(reports: &[Json]) {
 }
 
 fn check_kernel(reports: &[Json], kernel: &str) {
+    check_kernel_with(reports, kernel, "HMMA");
+}
+
+/// Every report compiled, `kernel` without spills or a stack frame, with `opcode`
+/// tensor-core instructions in its SASS.
+fn check_kernel_with(reports: &[Json], kernel: &str, opcode: &str) {
     for r in reports {
         let g = r["genome"].as_str().unwrap();
         assert_eq!(r["success"], true, "{g}: {}", r["log"]);
-        // The kernel by name: a module may hold others (the FP8 family's quantizer).
-        let k = r["kernels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["name"] == kernel)
-            .unwrap_or_else(|| panic!("{g}: no kernel `{kernel}` in {}", r["kernels"]));
-        assert_eq!(k["spill_store_bytes"], 0, "{g} spills");
-        assert_eq!(k["stack_frame_bytes"], 0, "{g} uses a stack frame");
+        assert_spill_free(r, kernel);
         assert!(r["cubin_bytes"].as_u64().unwrap() > 0);
         assert!(
-            r["sass"][kernel]["tensor"]["HMMA"].as_u64().unwrap_or(0) > 0,
-            "{g} has no HMMA"
+            r["sass"][kernel]["tensor"][opcode].as_u64().unwrap_or(0) > 0,
+            "{g} has no {opcode}: {}",
+            r["sass"]
         );
     }
+}
+
+/// `kernel` of a compile report (a module may hold others: the FP8 family's quantizer, the
+/// split-KV combine) uses no spill stores and no stack frame.
+fn assert_spill_free(r: &Json, kernel: &str) {
+    let g = r["genome"].as_str().unwrap();
+    let k = r["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == kernel)
+        .unwrap_or_else(|| panic!("{g}: no kernel `{kernel}` in {}", r["kernels"]));
+    assert_eq!(k["spill_store_bytes"], 0, "{g}: {kernel} spills");
+    assert_eq!(
+        k["stack_frame_bytes"], 0,
+        "{g}: {kernel} uses a stack frame"
+    );
+}
+
+/// `text` (a config of configs/) with CAUSAL and DTYPE set, reading this checkout's
+/// templates, written to `path`.
+fn variant(path: &Path, text: &str, causal: &str, dtype: &str) -> PathBuf {
+    let with_templates = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("family = ") {
+                format!("{l}\ntemplates = {:?}", root().join("templates"))
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(
+        path,
+        with_templates
+            .replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
+            .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\"")),
+    )
+    .unwrap();
+    path.to_path_buf()
 }
 
 #[test]
@@ -101,20 +141,12 @@ fn a_pairwise_sample_of_sdpa_genomes_compiles_for_sm_90a() {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap();
     for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
-        let cfg = dir.path().join(format!("sdpa-{causal}-{dtype}.toml"));
-        std::fs::write(
-            &cfg,
-            text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
-                .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
-                .replace(
-                    "family = \"sdpa_fwd_mma\"",
-                    &format!(
-                        "family = \"sdpa_fwd_mma\"\ntemplates = {:?}",
-                        root().join("templates")
-                    ),
-                ),
-        )
-        .unwrap();
+        let cfg = variant(
+            &dir.path().join(format!("sdpa-{causal}-{dtype}.toml")),
+            &text,
+            causal,
+            dtype,
+        );
         let reports = compile(&["--pairwise"], &cfg);
         // Two specializations (head dim 64 and 128) per genome; BLOCK_M x NUM_WARPS alone
         // has 10 pairs the warp_rows constraint allows, each in its own genome.
@@ -194,13 +226,7 @@ fn the_fp8_end_to_end_config_compiles_both_kernels() {
     for r in &reports {
         assert_eq!(r["success"], true, "{}", r["log"]);
         for name in ["sdpa_fp8_quantize", "sdpa_fwd_fp8"] {
-            let k = r["kernels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|k| k["name"] == name)
-                .unwrap_or_else(|| panic!("{name} missing: {}", r["kernels"]));
-            assert_eq!(k["spill_store_bytes"], 0, "{k}");
+            assert_spill_free(r, name);
         }
         let launched: Vec<&str> = r["launch"]
             .as_array()
@@ -228,44 +254,61 @@ fn every_wgmma_sdpa_genome_compiles_with_hgmma() {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(root().join("configs/sdpa_wgmma.toml")).unwrap();
     for (causal, dtype, which) in [("false", "f16", "--all"), ("true", "bf16", "--cover")] {
-        let cfg = dir.path().join(format!("wgmma-{causal}-{dtype}.toml"));
-        std::fs::write(
-            &cfg,
-            text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
-                .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
-                .replace(
-                    "family = \"sdpa_fwd_wgmma\"",
-                    &format!(
-                        "family = \"sdpa_fwd_wgmma\"\ntemplates = {:?}",
-                        root().join("templates")
-                    ),
-                ),
-        )
-        .unwrap();
+        let cfg = variant(
+            &dir.path().join(format!("wgmma-{causal}-{dtype}.toml")),
+            &text,
+            causal,
+            dtype,
+        );
         let reports = compile(&[which], &cfg);
         if which == "--all" {
             assert_eq!(reports.len(), 128, "64 genomes x 2 head dims");
         } else {
             assert!(reports.len() >= 6, "{}", reports.len());
         }
+        check_kernel_with(&reports, "sdpa_fwd", "HGMMA");
+    }
+}
+
+/// The Hopper FP8 family compiles for sm_90a without spills or a stack frame (a covering
+/// sample over both head dims: f16 non-causal, bf16 causal), with native FP8 warpgroup MMA
+/// (QGMMA, which its static gate requires) in the attention kernel: for S = Q K^T always, and
+/// for P V with PV = e4m3 (PV = f16 runs P V as HGMMA); the quantizer ships beside it.
+#[test]
+fn a_covering_sample_of_fp8_wgmma_genomes_compiles_with_qgmma() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/sdpa_fp8_wgmma.toml")).unwrap();
+    for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+        let cfg = variant(
+            &dir.path().join(format!("fp8-wgmma-{causal}-{dtype}.toml")),
+            &text,
+            causal,
+            dtype,
+        );
+        let reports = compile(&["--cover"], &cfg);
+        assert!(reports.len() >= 6, "{}", reports.len());
+        check_kernel_with(&reports, "sdpa_fwd_fp8", "QGMMA");
         for r in &reports {
             let g = r["genome"].as_str().unwrap();
-            assert_eq!(r["success"], true, "{g}: {}", r["log"]);
-            let k = r["kernels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|k| k["name"] == "sdpa_fwd")
-                .unwrap_or_else(|| panic!("{g}: no sdpa_fwd"));
-            assert_eq!(k["spill_store_bytes"], 0, "{g} spills");
-            assert_eq!(k["stack_frame_bytes"], 0, "{g} uses a stack frame");
-            assert!(
-                r["sass"]["sdpa_fwd"]["tensor"]["HGMMA"]
+            let count = |op: &str| {
+                r["sass"]["sdpa_fwd_fp8"]["tensor"][op]
                     .as_u64()
                     .unwrap_or(0)
-                    > 0,
-                "{g} has no HGMMA: {}",
-                r["sass"]
+            };
+            // Q K^T: HEAD_DIM / 32 k32 steps of QGMMA; P V: BLOCK_N / 32 more with PV = e4m3.
+            if g.contains("PV=f16") {
+                assert!(count("HGMMA") > 0, "{g} has no HGMMA: {}", r["sass"]);
+            } else {
+                assert_eq!(count("HGMMA"), 0, "{g}: {}", r["sass"]);
+            }
+            assert_eq!(count("HMMA"), 0, "{g}: {}", r["sass"]);
+            assert!(
+                r["kernels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["name"] == "sdpa_fp8_quantize"),
+                "{g}: no quantizer"
             );
         }
     }
@@ -279,26 +322,18 @@ fn every_wgmma_sdpa_genome_compiles_with_hgmma() {
 #[test]
 fn a_covering_sample_of_split_kv_genomes_compiles_for_sm_90a() {
     let dir = tempfile::tempdir().unwrap();
-    for (config, family, opcode) in [
-        ("sdpa_wgmma_splitkv", "sdpa_fwd_wgmma_splitkv", "HGMMA"),
-        ("sdpa_mma_splitkv", "sdpa_fwd_mma_splitkv", "HMMA"),
+    for (config, opcode) in [
+        ("sdpa_wgmma_splitkv", "HGMMA"),
+        ("sdpa_mma_splitkv", "HMMA"),
     ] {
         let text = std::fs::read_to_string(root().join(format!("configs/{config}.toml"))).unwrap();
         for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
-            let cfg = dir.path().join(format!("{config}-{causal}-{dtype}.toml"));
-            std::fs::write(
-                &cfg,
-                text.replace("CAUSAL = false", &format!("CAUSAL = {causal}"))
-                    .replace("DTYPE = \"f16\"", &format!("DTYPE = \"{dtype}\""))
-                    .replace(
-                        &format!("family = \"{family}\""),
-                        &format!(
-                            "family = \"{family}\"\ntemplates = {:?}",
-                            root().join("templates")
-                        ),
-                    ),
-            )
-            .unwrap();
+            let cfg = variant(
+                &dir.path().join(format!("{config}-{causal}-{dtype}.toml")),
+                &text,
+                causal,
+                dtype,
+            );
             let reports = compile(&["--cover"], &cfg);
             assert!(reports.len() >= 6, "{config}: {}", reports.len());
             for splits in [2, 4, 8] {
@@ -310,30 +345,10 @@ fn a_covering_sample_of_split_kv_genomes_compiles_for_sm_90a() {
                     "{config}: no KV_SPLITS={splits}"
                 );
             }
+            check_kernel_with(&reports, "sdpa_fwd", opcode);
             for r in &reports {
                 let g = r["genome"].as_str().unwrap();
-                assert_eq!(r["success"], true, "{g}: {}", r["log"]);
-                for kernel in ["sdpa_fwd", "sdpa_splitkv_combine"] {
-                    let k = r["kernels"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .find(|k| k["name"] == kernel)
-                        .unwrap_or_else(|| panic!("{g}: no {kernel} in {}", r["kernels"]));
-                    assert_eq!(k["spill_store_bytes"], 0, "{g}: {kernel} spills");
-                    assert_eq!(
-                        k["stack_frame_bytes"], 0,
-                        "{g}: {kernel} uses a stack frame"
-                    );
-                }
-                assert!(
-                    r["sass"]["sdpa_fwd"]["tensor"][opcode]
-                        .as_u64()
-                        .unwrap_or(0)
-                        > 0,
-                    "{g} has no {opcode}: {}",
-                    r["sass"]
-                );
+                assert_spill_free(r, "sdpa_splitkv_combine");
                 let launched: Vec<&str> = r["launch"]
                     .as_array()
                     .unwrap()

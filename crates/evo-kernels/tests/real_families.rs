@@ -62,6 +62,29 @@ fn sdpa_specs() -> Specializations {
     .unwrap()
 }
 
+/// From some valid genome among every `step`-th, each value of each knob renders different
+/// code (several bases, since some knobs only matter with others: PRODUCER_WARPS with
+/// WARP_SPEC = "on").
+fn assert_every_knob_value_changes_the_code(f: &Family, space: &evo_core::Space, step: usize) {
+    for knob in space.knobs() {
+        let distinct = space.iter_valid().step_by(step).any(|base| {
+            let mut bodies = BTreeSet::new();
+            for v in &knob.values {
+                let mut g = base.clone();
+                g.set(knob.name.clone(), v.clone());
+                let vars = space.vars(&g, 0).unwrap();
+                bodies.insert(f.render_vars(&vars).unwrap());
+            }
+            bodies.len() == knob.values.len()
+        });
+        assert!(
+            distinct,
+            "{}: no base where every value of {} gives different code",
+            f.name, knob.name
+        );
+    }
+}
+
 #[test]
 fn every_valid_sdpa_genome_renders_for_every_specialization() {
     let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_mma").unwrap();
@@ -94,23 +117,7 @@ fn every_value_of_every_sdpa_knob_changes_the_code() {
     let space = f.space(specs.contexts()).unwrap();
     // From several bases, since some knobs only matter with others (PRODUCER_WARPS with
     // WARP_SPEC = "on").
-    for knob in space.knobs() {
-        let distinct = space.iter_valid().step_by(97).any(|base| {
-            let mut bodies = BTreeSet::new();
-            for v in &knob.values {
-                let mut g = base.clone();
-                g.set(knob.name.clone(), v.clone());
-                let vars = space.vars(&g, 0).unwrap();
-                bodies.insert(f.render_vars(&vars).unwrap());
-            }
-            bodies.len() == knob.values.len()
-        });
-        assert!(
-            distinct,
-            "no base where every value of {} gives different code",
-            knob.name
-        );
-    }
+    assert_every_knob_value_changes_the_code(&f, &space, 97);
 }
 
 #[test]
@@ -241,23 +248,7 @@ fn every_value_of_every_fp8_sdpa_knob_changes_the_code() {
     let f = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_mma").unwrap();
     let specs = fp8_specs(&[64, 128]);
     let space = f.space(specs.contexts()).unwrap();
-    for knob in space.knobs() {
-        let distinct = space.iter_valid().step_by(7).any(|base| {
-            let mut bodies = BTreeSet::new();
-            for v in &knob.values {
-                let mut g = base.clone();
-                g.set(knob.name.clone(), v.clone());
-                let vars = space.vars(&g, 0).unwrap();
-                bodies.insert(f.render_vars(&vars).unwrap());
-            }
-            bodies.len() == knob.values.len()
-        });
-        assert!(
-            distinct,
-            "no base where every value of {} gives different code",
-            knob.name
-        );
-    }
+    assert_every_knob_value_changes_the_code(&f, &space, 7);
 }
 
 /// The end-to-end family takes everything but its launches from the FP8 family (`base`):
@@ -407,23 +398,45 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
         count,
         "two genomes rendered to identical code"
     );
-    for knob in space.knobs() {
-        let distinct = space.iter_valid().any(|base| {
-            let mut bodies = BTreeSet::new();
-            for v in &knob.values {
-                let mut g = base.clone();
-                g.set(knob.name.clone(), v.clone());
-                let vars = space.vars(&g, 0).unwrap();
-                bodies.insert(f.render_vars(&vars).unwrap());
+    assert_every_knob_value_changes_the_code(&f, &space, 1);
+}
+
+/// The Hopper FP8 family (native e4m3 wgmma): every valid genome renders for every
+/// specialization (head dims 64 and 128, causal or not, f16 and bf16 output) to distinct code
+/// holding e4m3 wgmma and the end-to-end quantizer, every value of every knob is valid
+/// somewhere and changes the code, and the family asks the static gate for QGMMA.
+#[test]
+fn every_valid_fp8_wgmma_genome_renders_and_every_knob_matters() {
+    let f = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_wgmma").unwrap();
+    assert_eq!(f.min_arch, 90);
+    assert_eq!(f.require_sass, vec!["QGMMA".to_string()]);
+    let specs = fp8_specs(&[64, 128]);
+    let space = f.space(specs.contexts()).unwrap();
+    let mut sources = BTreeSet::new();
+    let mut count = 0;
+    for g in space.iter_valid() {
+        let e4m3 = g.canonical().contains("PV=e4m3");
+        for spec in 0..specs.specs.len() {
+            let src = f.render(&space, &g, spec).unwrap();
+            assert!(src.contains("extern \"C\""), "{}", g.canonical());
+            assert!(src.contains("k32.f32.e4m3.e4m3"), "{}", g.canonical());
+            assert!(src.contains("sdpa_fp8_quantize"), "{}", g.canonical());
+            assert!(src.contains(if e4m3 { "PV_E4M3 = 1" } else { "PV_E4M3 = 0" }));
+            if spec == 0 {
+                sources.insert(src.split_once('\n').unwrap().1.to_string());
             }
-            bodies.len() == knob.values.len()
-        });
-        assert!(
-            distinct,
-            "no base where every value of {} differs",
-            knob.name
-        );
+        }
+        count += 1;
     }
+    // (CONSUMER_WG, BLOCK_N, STAGES, WARP_SPEC, PV) = 2 x 2 x 3 x 2 x 2: every ring fits 227 KiB
+    // and every register estimate the bound, at head dim 128 too.
+    assert_eq!(count, 48);
+    assert_eq!(
+        sources.len(),
+        count,
+        "two genomes rendered to identical code"
+    );
+    assert_every_knob_value_changes_the_code(&f, &space, 1);
 }
 
 /// The split-KV families (sdpa_fwd_mma_splitkv, sdpa_fwd_wgmma_splitkv) are their base
@@ -484,23 +497,7 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
         }
         assert_eq!(count, genomes, "{name}");
         assert_eq!(sources.len(), count, "{name}: two genomes rendered alike");
-        for knob in space.knobs().iter().filter(|k| k.values.len() > 1) {
-            let distinct = space.iter_valid().step_by(31).any(|b| {
-                let mut bodies = BTreeSet::new();
-                for v in &knob.values {
-                    let mut g = b.clone();
-                    g.set(knob.name.clone(), v.clone());
-                    let vars = space.vars(&g, 0).unwrap();
-                    bodies.insert(f.render_vars(&vars).unwrap());
-                }
-                bodies.len() == knob.values.len()
-            });
-            assert!(
-                distinct,
-                "{name}: no base where every {} differs",
-                knob.name
-            );
-        }
+        assert_every_knob_value_changes_the_code(&f, &space, 31);
 
         let base_space = base.space(specs.contexts()).unwrap();
         let g = base_space.iter_valid().next().unwrap();
