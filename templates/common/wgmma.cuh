@@ -21,41 +21,60 @@
 // dimension byte offset (LBO) >> 4, 32-45 stride-dimension byte offset (SBO) >> 4, 49-51 base
 // offset (0 when every swizzled tile starts on a 1024-byte boundary), 62-63 layout: 0 none
 // (interleave), 1 128-byte swizzle, 2 64-byte, 3 32-byte.
-// With the 128-byte swizzle a tile is stored in column blocks of 64 two-byte elements (128-byte
-// rows; 16-byte chunk c of row r lives at chunk c ^ (r % 8)), each block rows x 128 bytes:
-//   K-major operand (rows = M or N, 64 k per block; A of Q.K^T, B = K of Q.K^T): 8-row groups
-//     1024 bytes apart (SBO = 1024), LBO unused (1); the k16 step kk inside a block starts
-//     32 kk bytes further (the hardware applies the swizzle to the address bits), the next
-//     64-column block rows * 128 bytes further.
-//   MN-major operand (rows = K, 64 n per block; B = V of P.V, imm-trans-b = 1): SBO = 1024
-//     (the next 8 k rows), LBO = rows * 128 (the next 64-column block of n); the k16 step
-//     kk starts 16 * 128 * kk = 2048 kk bytes further.
-// This is the layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and a 64-element inner box, and
-// what swz128_offset below computes for loads done by threads.
+// Swizzled tiles (SW = 128, 64 or 32: the swizzle span in bytes, CU_TENSOR_MAP_SWIZZLE_<SW>B):
+// a tile of `rows` rows is stored as column blocks of SW bytes (64, 32 or 16 two-byte elements),
+// each block rows x SW bytes, row r of a block at r * SW; inside a row the 16-byte chunk c lives
+// at chunk c ^ ((r / (128 / SW)) % (SW / 16)) (128: c ^ (r % 8); 64: c ^ ((r / 2) % 4); 32:
+// c ^ ((r / 4) % 2)), i.e. address bits 4.. XORed with bits 7..: every tile starts 1024-byte
+// aligned. A wgmma operand then reads with layout SW and SBO = 8 * SW (the next 8-row group):
+//   K-major operand (rows = M or N; A of Q.K^T, B = K of Q.K^T): LBO unused (1); the k16 step
+//     kk (32 bytes) starts 32 (kk % (SW / 32)) bytes into a row of column block kk / (SW / 32)
+//     (the hardware applies the swizzle to the address bits).
+//   MN-major operand (rows = K; B = V of P.V, imm-trans-b = 1): LBO = rows * SW (the next column
+//     block of n); the k16 step kk starts 16 * SW * kk bytes further.
+// This is the layout TMA writes with CU_TENSOR_MAP_SWIZZLE_<SW>B and an inner box of SW bytes,
+// and what swz_offset below computes for loads done by threads. SW-byte rows of 8-bit codes
+// (the FP8 tiles) are the same with 32-byte k32 steps.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
 namespace evo {
 
-// Byte offset of element (r, c) (two-byte elements) inside a 128B-swizzled tile of `rows` rows
-// stored as column blocks of 64 elements. The tile must start 1024-byte aligned.
-__device__ __forceinline__ unsigned swz128_offset(int rows, int r, int c) {
-    const int block = c >> 6;
-    const int chunk = (c & 63) >> 3;
-    return static_cast<unsigned>(block * rows * 128 + r * 128 + ((chunk ^ (r & 7)) << 4) +
-                                 ((c & 7) << 1));
+// Byte offset of byte `b` of row `r` (b counted over the whole row of the tile, across column
+// blocks) inside an SW-byte-swizzled tile of `rows` rows (layout above).
+template <int SW>
+__device__ __forceinline__ unsigned swz_offset(int rows, int r, int b) {
+    static_assert(SW == 32 || SW == 64 || SW == 128, "swizzle span: 32, 64 or 128 bytes");
+    const int block = b / SW;
+    const int in_row = b % SW;
+    const int phase = (r / (128 / SW)) % (SW / 16);
+    return static_cast<unsigned>(block * rows * SW + r * SW + (((in_row >> 4) ^ phase) << 4) +
+                                 (in_row & 15));
 }
 
-// Descriptor of a 128B-swizzled operand at shared address `smem` (bytes, 16-byte aligned).
-__device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned smem, unsigned lbo_bytes,
-                                                               unsigned sbo_bytes) {
+// Descriptor of an SW-byte-swizzled operand at shared address `smem` (bytes, 16-byte aligned).
+template <int SW>
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem, unsigned lbo_bytes) {
+    static_assert(SW == 32 || SW == 64 || SW == 128, "swizzle span: 32, 64 or 128 bytes");
     unsigned long long d = 0;
     d |= static_cast<unsigned long long>((smem & 0x3FFFF) >> 4);
     d |= static_cast<unsigned long long>((lbo_bytes >> 4) & 0x3FFF) << 16;
-    d |= static_cast<unsigned long long>((sbo_bytes >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
+    d |= static_cast<unsigned long long>(((8 * SW) >> 4) & 0x3FFF) << 32;
+    d |= static_cast<unsigned long long>(SW == 128 ? 1 : SW == 64 ? 2 : 3) << 62;
     return d;
+}
+
+// K-major operand: LBO unused (encoded 16 bytes).
+template <int SW>
+__device__ __forceinline__ unsigned long long wgmma_desc_kmajor(unsigned smem) {
+    return wgmma_desc<SW>(smem, 16);
+}
+
+// MN-major operand of `rows` k rows: LBO = the column-block stride.
+template <int SW>
+__device__ __forceinline__ unsigned long long wgmma_desc_mnmajor(unsigned smem, int rows) {
+    return wgmma_desc<SW>(smem, static_cast<unsigned>(rows * SW));
 }
 
 // Two floats rounded to T, packed low then high (one b32 of a wgmma A fragment).
@@ -212,33 +231,9 @@ struct Wgmma<__nv_bfloat16, 128, TRANS_B> {
 // need (4t .. 4t+3): either permute bytes across threads (FlashAttention-3) or, as
 // sdpa_fwd_fp8_wgmma does, let A column c stand for key perm(c) (same permutation on V's rows).
 //
-// Byte tiles (K-major, one swizzle span per row): ROW_BYTES = 128 (the 128-byte swizzle, 16-byte
-// chunk c of row r at c ^ (r % 8), 8-row groups 1024 bytes apart) or ROW_BYTES = 64 (the 64-byte
-// swizzle: chunk c of row r at c ^ ((r / 2) % 4), 8-row groups 512 bytes apart). Both are the
-// swizzle of address bits 4.. with bits 7..: tiles start 1024-byte aligned. The k32 step kk
-// starts 32 kk bytes into the row (as the f16 k16 step: the hardware swizzles the address).
-
-// Byte offset of byte `b` of row `r` in a K-major byte tile of ROW_BYTES-byte rows (64 or 128).
-template <int ROW_BYTES>
-__device__ __forceinline__ unsigned swz_byte_offset(int r, int b) {
-    static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "byte tiles: 64- or 128-byte rows");
-    const int phase = ROW_BYTES == 128 ? (r & 7) : ((r >> 1) & 3);
-    return static_cast<unsigned>(r * ROW_BYTES + ((((b >> 4) ^ phase)) << 4) + (b & 15));
-}
-
-// Descriptor of a K-major byte tile of ROW_BYTES-byte rows at shared address `smem` (start of the
-// k32 step: tile + 32 kk): layout 1 (128-byte swizzle) or 2 (64-byte swizzle), SBO = 8 rows,
-// LBO unused for swizzled K-major operands (encoded 1).
-template <int ROW_BYTES>
-__device__ __forceinline__ unsigned long long wgmma_desc_kmajor_bytes(unsigned smem) {
-    static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "byte tiles: 64- or 128-byte rows");
-    unsigned long long d = 0;
-    d |= static_cast<unsigned long long>((smem & 0x3FFFF) >> 4);
-    d |= 1ull << 16;
-    d |= static_cast<unsigned long long>(((8 * ROW_BYTES) >> 4) & 0x3FFF) << 32;
-    d |= (ROW_BYTES == 128 ? 1ull : 2ull) << 62;
-    return d;
-}
+// Byte tiles (K-major, one swizzle span per row: ROW_BYTES = 128 or 64) are the swizzled tiles
+// above with SW = ROW_BYTES: swz_offset<ROW_BYTES> and wgmma_desc_kmajor<ROW_BYTES>; the k32 step
+// kk starts 32 kk bytes into the row (as the f16 k16 step: the hardware swizzles the address).
 
 // d (+)= A B on e4m3 operands, N in {64, 128} (N/2 floats of d per thread); `accumulate` 0
 // overwrites d. ss: A and B from shared memory; rs: A from registers (layout above).

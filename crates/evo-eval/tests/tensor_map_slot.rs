@@ -51,8 +51,8 @@ fn slot_rules_are_checked_on_the_host() {
 
 /// sdpa_fwd_wgmma's launch: the sdpa_fwd ABI plus tensor maps over q, k, v. Its argument
 /// list matches the compiled kernel's PTX parameters (three 128-byte by-value maps), and
-/// every map passes the driver's rules on the default and a ragged shape, for both head dims
-/// and every BLOCK_M / BLOCK_N box.
+/// every map passes the driver's rules on the default and a ragged shape, for both head dims,
+/// every BLOCK_M / BLOCK_N box and every SWIZZLE_BYTES (the inner box one swizzle span).
 #[test]
 fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
     use evo_core::{Target, Vars};
@@ -85,6 +85,7 @@ fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
     let space = family.space(specs.contexts()).unwrap();
     let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
     let mut maps = 0;
+    let mut swizzles = std::collections::BTreeSet::new();
     for g in space.iter_valid() {
         for (i, s) in shapes.iter().enumerate() {
             let vars = space.vars(&g, i).unwrap();
@@ -95,12 +96,16 @@ fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
                 if let ArgSlot::TensorMap(m) = a {
                     let spec = tensor_map_spec(m, 0x10000).unwrap();
                     assert_eq!(spec.validate(), Ok(()), "{}: {spec:?}", g.canonical());
+                    // The inner box is one swizzle span (SWIZZLE_BYTES / 2 two-byte elements).
+                    assert_eq!(m.box_dims[0] * 2, m.swizzle_bytes, "{}", g.canonical());
+                    swizzles.insert(m.swizzle_bytes);
                     maps += 1;
                 }
             }
         }
     }
     assert!(maps >= 3 * 2 * 40, "{maps}");
+    assert_eq!(swizzles.into_iter().collect::<Vec<_>>(), [32, 64, 128]);
     // One genome through NVRTC: the list matches the PTX parameters.
     let g = space
         .iter_valid()

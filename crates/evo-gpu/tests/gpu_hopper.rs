@@ -3,9 +3,10 @@
 //! load (UTMALDG) in their SASS, and `encode_tensor_map_tiled` refuses bad specs before
 //! touching the driver. On an sm_90 GPU (skipped with the reason printed elsewhere):
 //! a tensor map encoded by `Gpu::encode_tensor_map_tiled` and passed as a
-//! `__grid_constant__` parameter loads a box with the 128-byte swizzle and zero fill
-//! exactly where `swz128_offset` says, and wgmma (shared x shared, K-major; register x
-//! shared, N-major B) matches a CPU product — the same descriptors sdpa_fwd_wgmma uses.
+//! `__grid_constant__` parameter loads a box with the 128-, 64- and 32-byte swizzles and
+//! zero fill exactly where `swz_offset` says, and wgmma (shared x shared, K-major; register
+//! x shared, N-major B) with each swizzle's descriptors matches a CPU product — the layouts
+//! and descriptors sdpa_fwd_wgmma's SWIZZLE_BYTES knob uses.
 
 use std::path::PathBuf;
 
@@ -25,31 +26,33 @@ fn common(name: &str) -> String {
 }
 
 const PROBES: &str = r#"
-// TMA: one 64 x 64 fp16 box at (c0, c1) into a 1024-aligned tile, copied out raw.
-extern "C" __global__ void tma_probe(const __grid_constant__ evo::TmaDescriptor map,
-                                     unsigned short* out, int c0, int c1) {
+// TMA: one box of SW / 2 fp16 columns x 64 rows at (c0, c1), the SW-byte swizzle, into a
+// 1024-aligned tile, copied out raw.
+template <int SW>
+__device__ void tma_probe(const evo::TmaDescriptor* map, unsigned short* out, int c0, int c1) {
     __shared__ __align__(1024) unsigned short tile[64 * 64];
     __shared__ __align__(8) unsigned long long bar;
     if (threadIdx.x == 0) {
-        evo::tma_prefetch_descriptor(&map);
+        evo::tma_prefetch_descriptor(map);
         evo::mbar_init(&bar, 1);
         evo::fence_mbarrier_init();
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        evo::mbar_arrive_expect_tx(&bar, 64 * 64 * 2);
-        evo::tma_load_2d(tile, &map, &bar, c0, c1);
+        evo::mbar_arrive_expect_tx(&bar, 64 * SW);
+        evo::tma_load_2d(tile, map, &bar, c0, c1);
     }
     evo::mbar_wait_parity(&bar, 0);
-    for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) out[i] = tile[i];
+    for (int i = threadIdx.x; i < 64 * SW / 2; i += blockDim.x) out[i] = tile[i];
 }
 
-// wgmma, one warpgroup, at the largest sdpa_fwd_wgmma tile (head dim 128, BLOCK_N 128):
-// S = A B^T (A 64 x 128 [m][k], B 128 x 128 [n][k], both K-major in swizzled shared memory as two
-// 64-column blocks) and O = A V (A from registers, V 128 x 128 [k][n] N-major, two column blocks:
-// LBO = 128 rows x 128 bytes). Dynamic shared memory: 80 KiB + 1 KiB for alignment.
-extern "C" __global__ void __launch_bounds__(128, 1)
-wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, float* o_out) {
+// wgmma, one warpgroup, at the largest sdpa_fwd_wgmma tile (head dim 128, BLOCK_N 128), with the
+// SW-byte swizzle: S = A B^T (A 64 x 128 [m][k], B 128 x 128 [n][k], both K-major in swizzled
+// shared memory as 128 / (SW / 2) column blocks) and O = A V (A from registers, V 128 x 128
+// [k][n] N-major: LBO = 128 rows x SW bytes). Dynamic shared memory: 80 KiB + 1 KiB to align.
+template <int SW>
+__device__ void wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out,
+                            float* o_out) {
     extern __shared__ __align__(1024) unsigned char dyn[];
     const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(dyn));
     unsigned char* const sa = dyn + ((1024 - (base & 1023)) & 1023);
@@ -58,12 +61,12 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
     const int t = threadIdx.x;
     for (int i = t; i < 64 * 128; i += 128) {
         const int r = i / 128, c = i % 128;
-        *reinterpret_cast<__half*>(sa + evo::swz128_offset(64, r, c)) = a[i];
+        *reinterpret_cast<__half*>(sa + evo::swz_offset<SW>(64, r, 2 * c)) = a[i];
     }
     for (int i = t; i < 128 * 128; i += 128) {
         const int r = i / 128, c = i % 128;
-        *reinterpret_cast<__half*>(sb + evo::swz128_offset(128, r, c)) = b[i];
-        *reinterpret_cast<__half*>(sv + evo::swz128_offset(128, r, c)) = v[i];
+        *reinterpret_cast<__half*>(sb + evo::swz_offset<SW>(128, r, 2 * c)) = b[i];
+        *reinterpret_cast<__half*>(sv + evo::swz_offset<SW>(128, r, 2 * c)) = v[i];
     }
     evo::fence_proxy_async_shared();
     __syncthreads();
@@ -75,10 +78,9 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
     evo::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-        const unsigned col = kk >> 2, within = 32 * (kk & 3);
-        evo::Wgmma<__half, 128, 0>::ss(
-            s, evo::wgmma_desc_sw128(ua + col * 64 * 128 + within, 16, 1024),
-            evo::wgmma_desc_sw128(ub + col * 128 * 128 + within, 16, 1024), kk > 0);
+        const unsigned block = kk / (SW / 32), within = 32 * (kk % (SW / 32));
+        evo::Wgmma<__half, 128, 0>::ss(s, evo::wgmma_desc_kmajor<SW>(ua + block * 64 * SW + within),
+                                       evo::wgmma_desc_kmajor<SW>(ub + block * 128 * SW + within), kk > 0);
     }
     evo::wgmma_commit();
     evo::wgmma_wait<0>();
@@ -104,8 +106,7 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
     evo::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-        evo::Wgmma<__half, 128, 1>::rs(o, fa[kk],
-                                       evo::wgmma_desc_sw128(uv + 2048 * kk, 128 * 128, 1024), 1);
+        evo::Wgmma<__half, 128, 1>::rs(o, fa[kk], evo::wgmma_desc_mnmajor<SW>(uv + 16 * SW * kk, 128), 1);
     }
     evo::wgmma_commit();
     evo::wgmma_wait<0>();
@@ -119,6 +120,19 @@ wgmma_probe(const __half* a, const __half* b, const __half* v, float* s_out, flo
         o_out[r * 128 + c] = o[i];
     }
 }
+
+#define EVO_PROBES(SW)                                                                              \
+    extern "C" __global__ void tma_probe_##SW(const __grid_constant__ evo::TmaDescriptor map,        \
+                                              unsigned short* out, int c0, int c1) {               \
+        tma_probe<SW>(&map, out, c0, c1);                                                           \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(128, 1)                                            \
+    wgmma_probe_##SW(const __half* a, const __half* b, const __half* v, float* s_out, float* o_out) { \
+        wgmma_probe<SW>(a, b, v, s_out, o_out);                                                     \
+    }
+EVO_PROBES(128)
+EVO_PROBES(64)
+EVO_PROBES(32)
 "#;
 
 fn source() -> String {
@@ -148,17 +162,21 @@ fn compile(arch: &str) -> evo_gpu::Compiled {
 #[test]
 fn probes_compile_for_sm_90a_with_hgmma_and_tma() {
     let out = compile("sm_90a");
-    for k in ["tma_probe", "wgmma_probe"] {
-        let r = out
-            .kernel(k)
-            .unwrap_or_else(|| panic!("no {k}: {}", out.log));
-        assert!(!r.spills(), "{k} spills");
+    for sw in SWIZZLES {
+        for k in [format!("tma_probe_{sw}"), format!("wgmma_probe_{sw}")] {
+            let r = out
+                .kernel(&k)
+                .unwrap_or_else(|| panic!("no {k}: {}", out.log));
+            assert!(!r.spills(), "{k} spills");
+        }
     }
     let c = Compiler::new("sm_90a", &[], 0, None).unwrap();
     match c.sass_counts(out.cubin.as_deref().unwrap()) {
         Some(Ok(sass)) => {
-            let w = &sass["wgmma_probe"];
-            assert!(w.tensor.get("HGMMA").copied().unwrap_or(0) >= 8, "{w:?}");
+            for sw in SWIZZLES {
+                let w = &sass[&format!("wgmma_probe_{sw}")];
+                assert!(w.tensor.get("HGMMA").copied().unwrap_or(0) >= 8, "{w:?}");
+            }
             let tool = c.install().cuobjdump.clone().expect("cuobjdump");
             let text =
                 evo_gpu::resources::disassemble(&tool, out.cubin.as_deref().unwrap()).unwrap();
@@ -215,8 +233,25 @@ fn sm90_gpu() -> Option<Gpu> {
     }
 }
 
-fn swz128_offset(rows: usize, r: usize, c: usize) -> usize {
-    (c / 64) * rows * 128 + r * 128 + (((c % 64) / 8) ^ (r % 8)) * 16 + (c % 8) * 2
+/// The swizzle spans the probes are built for (bytes).
+const SWIZZLES: [usize; 3] = [128, 64, 32];
+
+/// Byte offset of fp16 element (r, c) in a tile of `rows` rows with the `sw`-byte swizzle
+/// (common/wgmma.cuh's swz_offset, written out independently).
+fn swz_offset(sw: usize, rows: usize, r: usize, c: usize) -> usize {
+    let b = 2 * c;
+    let (block, in_row) = (b / sw, b % sw);
+    let phase = (r / (128 / sw)) % (sw / 16);
+    block * rows * sw + r * sw + (((in_row / 16) ^ phase) * 16) + in_row % 16
+}
+
+fn swizzle(sw: usize) -> Swizzle {
+    match sw {
+        128 => Swizzle::B128,
+        64 => Swizzle::B64,
+        32 => Swizzle::B32,
+        _ => unreachable!(),
+    }
 }
 
 #[test]
@@ -224,7 +259,6 @@ fn tma_box_lands_swizzled_with_zero_fill_on_the_gpu() {
     let Some(gpu) = sm90_gpu() else { return };
     let out = compile("sm_90a");
     let module = gpu.load_module(out.cubin.as_deref().unwrap()).unwrap();
-    let f = module.function("tma_probe").unwrap();
     let (rows, cols) = (100usize, 128usize);
     let value = |r: usize, c: usize| (r * cols + c) as u16 + 1;
     let host: Vec<u8> = (0..rows * cols)
@@ -232,57 +266,65 @@ fn tma_box_lands_swizzled_with_zero_fill_on_the_gpu() {
         .collect();
     let buf = gpu.alloc(host.len()).unwrap();
     gpu.upload(&buf, &host).unwrap();
-    let map = gpu
-        .encode_tensor_map_tiled(&TiledSpec {
-            dtype: TensorDtype::F16,
-            address: buf.ptr(),
-            dims: vec![cols as u64, rows as u64],
-            strides_bytes: vec![(cols * 2) as u64],
-            box_dims: vec![64, 64],
-            swizzle: Swizzle::B128,
-        })
-        .unwrap();
-    assert!(map.0.iter().any(|&b| b != 0), "driver wrote an empty map");
     let dev_out = gpu.alloc(64 * 64 * 2).unwrap();
-    // Box at column 64, row 64: rows 64..99 exist, 100..127 are out of bounds (zero).
-    let (c0, c1) = (64usize, 64usize);
-    let dims = LaunchDims {
-        grid: [1, 1, 1],
-        block: [128, 1, 1],
-        shared_bytes: 0,
-    };
-    gpu.launch(
-        &f,
-        &dims,
-        &[
-            KernelArg::TensorMap(map),
-            KernelArg::Ptr(dev_out.ptr()),
-            KernelArg::I32(c0 as i32),
-            KernelArg::I32(c1 as i32),
-        ],
-    )
-    .unwrap();
-    gpu.synchronize().unwrap();
-    let raw = gpu.download(&dev_out).unwrap();
-    let got = |off: usize| u16::from_le_bytes([raw[off], raw[off + 1]]);
-    let mut wrong = Vec::new();
-    for r in 0..64 {
-        for c in 0..64 {
-            let (gr, gc) = (c1 + r, c0 + c);
-            let want = if gr < rows { value(gr, gc) } else { 0 };
-            let have = got(swz128_offset(64, r, c));
-            if have != want {
-                wrong.push((r, c, have, want));
+    for sw in SWIZZLES {
+        let f = module.function(&format!("tma_probe_{sw}")).unwrap();
+        let box_cols = sw / 2;
+        let map = gpu
+            .encode_tensor_map_tiled(&TiledSpec {
+                dtype: TensorDtype::F16,
+                address: buf.ptr(),
+                dims: vec![cols as u64, rows as u64],
+                strides_bytes: vec![(cols * 2) as u64],
+                box_dims: vec![box_cols as u32, 64],
+                swizzle: swizzle(sw),
+            })
+            .unwrap();
+        assert!(map.0.iter().any(|&b| b != 0), "driver wrote an empty map");
+        // Box at column 64, row 64: rows 64..99 exist, 100..127 are out of bounds (zero).
+        let (c0, c1) = (64usize, 64usize);
+        let dims = LaunchDims {
+            grid: [1, 1, 1],
+            block: [128, 1, 1],
+            shared_bytes: 0,
+        };
+        gpu.launch(
+            &f,
+            &dims,
+            &[
+                KernelArg::TensorMap(map),
+                KernelArg::Ptr(dev_out.ptr()),
+                KernelArg::I32(c0 as i32),
+                KernelArg::I32(c1 as i32),
+            ],
+        )
+        .unwrap();
+        gpu.synchronize().unwrap();
+        let raw = gpu.download(&dev_out).unwrap();
+        let got = |off: usize| u16::from_le_bytes([raw[off], raw[off + 1]]);
+        let mut wrong = Vec::new();
+        for r in 0..64 {
+            for c in 0..box_cols {
+                let (gr, gc) = (c1 + r, c0 + c);
+                let want = if gr < rows { value(gr, gc) } else { 0 };
+                let have = got(swz_offset(sw, 64, r, c));
+                if have != want {
+                    wrong.push((r, c, have, want));
+                }
             }
         }
+        assert!(
+            wrong.is_empty(),
+            "{sw}-byte swizzle: {} of {} elements misplaced, first (r, c, got, want): {:?}",
+            wrong.len(),
+            64 * box_cols,
+            &wrong[..wrong.len().min(8)]
+        );
+        println!(
+            "TMA box, {sw}-byte swizzle: {} elements placed as swz_offset says, rows past 100 zero-filled",
+            64 * box_cols
+        );
     }
-    assert!(
-        wrong.is_empty(),
-        "{} of 4096 elements misplaced, first (r, c, got, want): {:?}",
-        wrong.len(),
-        &wrong[..wrong.len().min(8)]
-    );
-    println!("TMA box: 4096 elements placed by the 128B swizzle, rows past 100 zero-filled");
 }
 
 #[test]
@@ -290,7 +332,6 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
     let Some(gpu) = sm90_gpu() else { return };
     let out = compile("sm_90a");
     let module = gpu.load_module(out.cubin.as_deref().unwrap()).unwrap();
-    let f = module.function("wgmma_probe").unwrap();
     // Small integers / 4: exact in fp16 and in the f32 sums.
     let gen = |seed: usize, len: usize| -> Vec<f32> {
         (0..len)
@@ -311,49 +352,52 @@ fn wgmma_matches_the_cpu_on_the_gpu() {
             d
         })
         .collect();
-    let s_out = gpu.alloc(64 * 128 * 4).unwrap();
-    let o_out = gpu.alloc(64 * 128 * 4).unwrap();
-    let smem = (64 + 128 + 128) * 256 + 1024;
-    f.set_max_dynamic_smem(smem).unwrap();
-    let dims = LaunchDims {
-        grid: [1, 1, 1],
-        block: [128, 1, 1],
-        shared_bytes: smem,
-    };
-    gpu.launch(
-        &f,
-        &dims,
-        &[
-            KernelArg::Ptr(bufs[0].ptr()),
-            KernelArg::Ptr(bufs[1].ptr()),
-            KernelArg::Ptr(bufs[2].ptr()),
-            KernelArg::Ptr(s_out.ptr()),
-            KernelArg::Ptr(o_out.ptr()),
-        ],
-    )
-    .unwrap();
-    gpu.synchronize().unwrap();
-    let floats = |raw: Vec<u8>| -> Vec<f32> {
-        raw.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    let s = floats(gpu.download(&s_out).unwrap());
-    let o = floats(gpu.download(&o_out).unwrap());
-    let mut bad_s = 0;
-    let mut bad_o = 0;
-    for m in 0..64 {
-        for n in 0..128 {
-            let ws: f32 = (0..128).map(|k| a[m * 128 + k] * b[n * 128 + k]).sum();
-            let wo: f32 = (0..128).map(|k| a[m * 128 + k] * v[k * 128 + n]).sum();
-            bad_s += usize::from((s[m * 128 + n] - ws).abs() > 1e-3);
-            bad_o += usize::from((o[m * 128 + n] - wo).abs() > 1e-3);
+    for sw in SWIZZLES {
+        let s_out = gpu.alloc(64 * 128 * 4).unwrap();
+        let o_out = gpu.alloc(64 * 128 * 4).unwrap();
+        let f = module.function(&format!("wgmma_probe_{sw}")).unwrap();
+        let smem = (64 + 128 + 128) * 256 + 1024;
+        f.set_max_dynamic_smem(smem).unwrap();
+        let dims = LaunchDims {
+            grid: [1, 1, 1],
+            block: [128, 1, 1],
+            shared_bytes: smem,
+        };
+        gpu.launch(
+            &f,
+            &dims,
+            &[
+                KernelArg::Ptr(bufs[0].ptr()),
+                KernelArg::Ptr(bufs[1].ptr()),
+                KernelArg::Ptr(bufs[2].ptr()),
+                KernelArg::Ptr(s_out.ptr()),
+                KernelArg::Ptr(o_out.ptr()),
+            ],
+        )
+        .unwrap();
+        gpu.synchronize().unwrap();
+        let floats = |raw: Vec<u8>| -> Vec<f32> {
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let s = floats(gpu.download(&s_out).unwrap());
+        let o = floats(gpu.download(&o_out).unwrap());
+        let mut bad_s = 0;
+        let mut bad_o = 0;
+        for m in 0..64 {
+            for n in 0..128 {
+                let ws: f32 = (0..128).map(|k| a[m * 128 + k] * b[n * 128 + k]).sum();
+                let wo: f32 = (0..128).map(|k| a[m * 128 + k] * v[k * 128 + n]).sum();
+                bad_s += usize::from((s[m * 128 + n] - ws).abs() > 1e-3);
+                bad_o += usize::from((o[m * 128 + n] - wo).abs() > 1e-3);
+            }
         }
+        assert_eq!(
+            (bad_s, bad_o),
+            (0, 0),
+            "{sw}-byte swizzle: wrong elements of S = A B^T (shared x shared) and O = A V (registers x shared, N-major)"
+        );
+        println!("wgmma, {sw}-byte swizzle: S = A B^T and O = A V exact on 64 x 128 x 128");
     }
-    assert_eq!(
-        (bad_s, bad_o),
-        (0, 0),
-        "wrong elements of S = A B^T (shared x shared) and O = A V (registers x shared, N-major)"
-    );
-    println!("wgmma: S = A B^T and O = A V exact on 64 x 128 x 128");
 }

@@ -126,12 +126,13 @@ pub enum ArgRef {
     Abi(usize),
     /// `tmap:INPUT:DIMS:BOX:SWIZZLE`: a TMA tensor map over input `input` viewed as a
     /// contiguous tensor of `dims` (innermost first, `;`-separated expressions), read in
-    /// `boxes` boxes, shared-memory swizzle `swizzle` bytes (0, 32, 64, 128).
+    /// `boxes` boxes, shared-memory swizzle `swizzle` bytes (an expression of the genome
+    /// that evaluates to 0, 32, 64 or 128).
     TensorMap {
         input: usize,
         dims: Vec<Expr>,
         boxes: Vec<Expr>,
-        swizzle: u32,
+        swizzle: Expr,
     },
 }
 
@@ -648,14 +649,17 @@ impl Family {
                                     boxes.len()
                                 )));
                             }
-                            let swizzle = match swizzle.trim().parse::<u32>() {
-                                Ok(v @ (0 | 32 | 64 | 128)) => v,
-                                _ => {
-                                    return Err(at(format!(
-                                        "`{a}`: swizzle `{swizzle}` is not 0, 32, 64 or 128"
-                                    )))
-                                }
-                            };
+                            let swizzle = Expr::parse(swizzle.trim())
+                                .map_err(|err| at(format!("`{a}`: swizzle: {err}")))?;
+                            check_expr_names(&format!("argument `{a}`"), &swizzle, &launch_names)
+                                .map_err(|err| at(err.to_string()))?;
+                            // A literal is checked now; an expression of the genome when resolved.
+                            if swizzle.variables().is_empty() {
+                                let bytes = swizzle
+                                    .eval_int(&evo_core::expr::Scope::new())
+                                    .map_err(|err| at(format!("`{a}`: swizzle: {err}")))?;
+                                swizzle_bytes(bytes).map_err(|err| at(format!("`{a}`: {err}")))?;
+                            }
                             ArgRef::TensorMap {
                                 input: j,
                                 dims,
@@ -995,8 +999,9 @@ pub fn resolve_launch_args(
                             .get(*input)
                             .map(|t| t.elem)
                             .ok_or_else(|| format!("no input {input}"))?;
+                        let swizzle = swizzle_bytes(eval(swizzle)?)?;
                         out.push(ArgSlot::TensorMap(tensor_map_slot(
-                            *input, elem, dims, boxes, *swizzle, &eval,
+                            *input, elem, dims, boxes, swizzle, &eval,
                         )?));
                     }
                     ArgRef::List(name) => {
@@ -1057,6 +1062,14 @@ pub fn resolve_scratch(
             })
         })
         .collect()
+}
+
+/// A tensor map's shared-memory swizzle span, checked: 0 (none), 32, 64 or 128 bytes.
+pub fn swizzle_bytes(bytes: i64) -> Result<u32, String> {
+    match bytes {
+        0 | 32 | 64 | 128 => Ok(bytes as u32),
+        other => Err(format!("swizzle `{other}` is not 0, 32, 64 or 128")),
+    }
 }
 
 /// A tensor-map slot over a contiguous tensor: byte strides from the dimensions and the

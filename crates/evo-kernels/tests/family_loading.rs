@@ -565,6 +565,7 @@ fn tensor_map_arguments() {
         ("tmap:b:K;N:64;TILE:48", "swizzle `48`"),
         ("tmap:b:K;N:64;TILE", "write tmap:INPUT"),
         ("tmap:b:K;NN:64;TILE:128", "NN"),
+        ("tmap:b:K;N:64;TILE:SWIZ", "SWIZ"),
     ] {
         let toml = multi_toml(
             r#"["a", "a2"]"#,
@@ -574,4 +575,36 @@ fn tensor_map_arguments() {
         let e = load(&toml, GOOD_TEMPLATE).unwrap_err();
         assert!(e.contains(needle), "{bad}: {e}");
     }
+    // The swizzle may be an expression of the genome (a swizzle-width knob): resolved per
+    // genome, and refused when it resolves to no swizzle span.
+    let toml = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:TILE * 2"]"#,
+        SCRATCH,
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    for (tile, want) in [(16, 32), (32, 64), (64, 128)] {
+        let g = Genome::parse(&format!("TILE={tile},MODE=fancy,UNROLL=true")).unwrap();
+        let vars = space.vars(&g, 0).unwrap();
+        let args = f.launch_args(&vars, &shape).unwrap();
+        match args[1].last().unwrap() {
+            ArgSlot::TensorMap(m) => assert_eq!(m.swizzle_bytes, want, "TILE={tile}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let bad = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:TILE * 3"]"#,
+        SCRATCH,
+    );
+    let (_dir, root) = tree(&bad, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    let e = f
+        .launch_args(&space.vars(&g, 0).unwrap(), &shape)
+        .unwrap_err();
+    assert!(e.to_string().contains("swizzle `96`"), "{e}");
 }

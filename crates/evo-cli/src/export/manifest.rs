@@ -491,7 +491,17 @@ pub fn launch_texts(
                                 .iter()
                                 .map(|e| text(&what, e))
                                 .collect::<Result<_, _>>()?,
-                            swizzle_bytes: *swizzle,
+                            swizzle_bytes: {
+                                // A number in the artifact: the genome's value.
+                                let scope = evo_core::expr::Scope::from_vars(vars);
+                                swizzle
+                                    .eval_int(&scope)
+                                    .map_err(|e| format!("{what}: tensor map swizzle: {e}"))
+                                    .and_then(|b| {
+                                        evo_kernels::swizzle_bytes(b)
+                                            .map_err(|e| format!("{what}: {e}"))
+                                    })?
+                            },
                         })),
                     }
                 }
@@ -595,7 +605,7 @@ impl VariantLaunches {
                                             .iter()
                                             .map(parse)
                                             .collect::<Result<_>>()?,
-                                        swizzle: t.swizzle_bytes,
+                                        swizzle: Expr::int(t.swizzle_bytes.into()),
                                     }
                                 }
                             })
