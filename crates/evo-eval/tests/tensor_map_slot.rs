@@ -51,8 +51,9 @@ fn slot_rules_are_checked_on_the_host() {
 
 /// sdpa_fwd_wgmma's launch: the sdpa_fwd ABI plus tensor maps over q, k, v. Its argument
 /// list matches the compiled kernel's PTX parameters (three 128-byte by-value maps), and
-/// every map passes the driver's rules on the default and a ragged shape, for both head dims,
-/// every BLOCK_M / BLOCK_N box and every SWIZZLE_BYTES (the inner box one swizzle span).
+/// every map of it and of its split-KV family passes the driver's rules on the default and a
+/// ragged shape, for both head dims, every BLOCK_M / BLOCK_N box and every SWIZZLE_BYTES (the
+/// map's swizzle the genome's, the inner box one swizzle span).
 #[test]
 fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
     use evo_core::{Target, Vars};
@@ -84,28 +85,38 @@ fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
     let specs = Specializations::new(p, Target::from_arch("sm_90a").unwrap(), &shapes).unwrap();
     let space = family.space(specs.contexts()).unwrap();
     let kernels: Vec<String> = family.launches.iter().map(|l| l.kernel.clone()).collect();
-    let mut maps = 0;
-    let mut swizzles = std::collections::BTreeSet::new();
-    for g in space.iter_valid() {
-        for (i, s) in shapes.iter().enumerate() {
-            let vars = space.vars(&g, i).unwrap();
-            let args = family.launch_args(&vars, s).unwrap();
-            assert_eq!(args.len(), 1);
-            assert_eq!(args[0].len(), p.args(s).len() + 3, "{}", g.canonical());
-            for a in &args[0] {
-                if let ArgSlot::TensorMap(m) = a {
-                    let spec = tensor_map_spec(m, 0x10000).unwrap();
-                    assert_eq!(spec.validate(), Ok(()), "{}: {spec:?}", g.canonical());
-                    // The inner box is one swizzle span (SWIZZLE_BYTES / 2 two-byte elements).
-                    assert_eq!(m.box_dims[0] * 2, m.swizzle_bytes, "{}", g.canonical());
-                    swizzles.insert(m.swizzle_bytes);
-                    maps += 1;
+    // The attention kernel of both wgmma families reads its maps as the genome's SWIZZLE_BYTES
+    // says (a map that disagrees overruns the shared-memory tiles).
+    for name in ["sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv"] {
+        let family = Family::load(&templates, "sdpa_fwd", name).unwrap();
+        let space = family.space(specs.contexts()).unwrap();
+        let mut maps = 0;
+        let mut swizzles = std::collections::BTreeSet::new();
+        for g in space.iter_valid() {
+            let Some(evo_core::Value::Int(sw)) = g.get("SWIZZLE_BYTES").cloned() else {
+                panic!("{name}: no SWIZZLE_BYTES in {}", g.canonical());
+            };
+            for (i, s) in shapes.iter().enumerate() {
+                let vars = space.vars(&g, i).unwrap();
+                let args = family.launch_args(&vars, s).unwrap();
+                let extra = if name.ends_with("splitkv") { 5 } else { 3 };
+                assert_eq!(args[0].len(), p.args(s).len() + extra, "{}", g.canonical());
+                for a in &args[0] {
+                    if let ArgSlot::TensorMap(m) = a {
+                        let spec = tensor_map_spec(m, 0x10000).unwrap();
+                        assert_eq!(spec.validate(), Ok(()), "{}: {spec:?}", g.canonical());
+                        assert_eq!(i64::from(m.swizzle_bytes), sw, "{name}: {}", g.canonical());
+                        // The inner box is one swizzle span (SWIZZLE_BYTES / 2 elements).
+                        assert_eq!(m.box_dims[0] * 2, m.swizzle_bytes, "{}", g.canonical());
+                        swizzles.insert(m.swizzle_bytes);
+                        maps += 1;
+                    }
                 }
             }
         }
+        assert!(maps >= 3 * 2 * 40, "{name}: {maps}");
+        assert_eq!(swizzles.into_iter().collect::<Vec<_>>(), [32, 64, 128]);
     }
-    assert!(maps >= 3 * 2 * 40, "{maps}");
-    assert_eq!(swizzles.into_iter().collect::<Vec<_>>(), [32, 64, 128]);
     // One genome through NVRTC: the list matches the PTX parameters.
     let g = space
         .iter_valid()
