@@ -577,34 +577,25 @@ fn tensor_map_arguments() {
     }
     // The swizzle may be an expression of the genome (a swizzle-width knob): resolved per
     // genome, and refused when it resolves to no swizzle span.
-    let toml = multi_toml(
-        r#"["a", "a2"]"#,
-        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:TILE * 2"]"#,
-        SCRATCH,
-    );
-    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
-    let f = Family::load(&root, "gemm", "toy").unwrap();
-    let space = f.space(vec![f.probe_context()]).unwrap();
-    for (tile, want) in [(16, 32), (32, 64), (64, 128)] {
+    let swizzle_of = |expr: &str, tile: i64| -> Result<u32, String> {
+        let toml = multi_toml(
+            r#"["a", "a2"]"#,
+            &format!(r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:{expr}"]"#),
+            SCRATCH,
+        );
+        let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+        let f = Family::load(&root, "gemm", "toy").unwrap();
+        let space = f.space(vec![f.probe_context()]).unwrap();
         let g = Genome::parse(&format!("TILE={tile},MODE=fancy,UNROLL=true")).unwrap();
-        let vars = space.vars(&g, 0).unwrap();
-        let args = f.launch_args(&vars, &shape).unwrap();
+        let args = f.launch_args(&space.vars(&g, 0).unwrap(), &shape)?;
         match args[1].last().unwrap() {
-            ArgSlot::TensorMap(m) => assert_eq!(m.swizzle_bytes, want, "TILE={tile}"),
+            ArgSlot::TensorMap(m) => Ok(m.swizzle_bytes),
             other => panic!("{other:?}"),
         }
+    };
+    for (tile, want) in [(16, 32), (32, 64), (64, 128)] {
+        assert_eq!(swizzle_of("TILE * 2", tile).unwrap(), want, "TILE={tile}");
     }
-    let bad = multi_toml(
-        r#"["a", "a2"]"#,
-        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:TILE * 3"]"#,
-        SCRATCH,
-    );
-    let (_dir, root) = tree(&bad, GOOD_TEMPLATE);
-    let f = Family::load(&root, "gemm", "toy").unwrap();
-    let space = f.space(vec![f.probe_context()]).unwrap();
-    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
-    let e = f
-        .launch_args(&space.vars(&g, 0).unwrap(), &shape)
-        .unwrap_err();
+    let e = swizzle_of("TILE * 3", 32).unwrap_err();
     assert!(e.to_string().contains("swizzle `96`"), "{e}");
 }
