@@ -1013,11 +1013,13 @@ fn export_of_a_family_with_tensor_map_arguments() {
                 "param": "q",
                 "elem": "f16",
                 "dims": ["HEAD_DIM", "SEQ_Q", "BATCH * HEADS"],
-                "box_dims": ["64", "BLOCK_M", "1"],
+                "box_dims": ["SWIZZLE_BYTES / 2", "BLOCK_M", "1"],
                 "swizzle_bytes": 128,
             }})
         );
         assert_eq!(args[23]["tensor_map"]["param"], "v");
+        // The swizzle span: a number (the genome's), and a constant the box expressions read.
+        assert_eq!(v["constants"]["SWIZZLE_BYTES"], 128);
         assert_eq!(v["constants"]["BLOCK_M"], 128);
         assert_eq!(v["constants"]["BLOCK_N"], 64);
         assert_eq!(v["constants"]["HEAD_DIM"], v["specialization"]["HEAD_DIM"]);
