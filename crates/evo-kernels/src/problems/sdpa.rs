@@ -203,16 +203,16 @@ impl Problem for Sdpa {
         let mut args = self.args(s);
         args.push(ArgSlot::I32(d.head_dim as i32));
         args.push(ArgSlot::I32(d.causal as i32));
-        // One block of 128 threads per query row (the kernel loops if there are more
-        // rows than blocks).
-        let rows = (d.batch * d.heads * d.seq_q).min(i32::MAX as usize) as u32;
+        // One block of 256 threads per tile of 16 query rows of one (batch, head) (the kernel
+        // loops if there are more tiles than blocks; sdpa_reference.cu's header).
+        let tiles = (d.batch * d.heads * d.seq_q.div_ceil(16)).min(i32::MAX as usize) as u32;
         Some(ReferenceKernel {
             source: include_str!("sdpa_reference.cu"),
             entry: format!("sdpa_reference_{suffix}"),
             args,
             launch: evo_core::LaunchDims {
-                grid: [rows, 1, 1],
-                block: [128, 1, 1],
+                grid: [tiles, 1, 1],
+                block: [256, 1, 1],
                 shared_bytes: 0,
             },
         })

@@ -1,6 +1,7 @@
 // Reference attention forward for the sdpa_fwd correctness gate: deliberately simple and
 // obviously correct, not fast. No tensor cores, float32 everywhere, expf (no exp2 tricks), two
-// passes per query row (row max, then sum of exponentials and the weighted sum of V).
+// passes over the keys per query row (row max, then sum of exponentials and the weighted sum of
+// V), exactly as the definition reads.
 //
 //   extern "C" __global__ void sdpa_reference_f16 (const __half* q, const __half* k, const __half* v, float* o, ...)
 //   extern "C" __global__ void sdpa_reference_bf16(const __nv_bfloat16* q, ..., float* o, ...)
@@ -10,11 +11,16 @@
 // key j visible to query i iff j <= i, top-left aligned, also when seq_q != seq_kv).
 // Element (b, h, s, d) of X is X[b*X_batch_stride + h*X_head_stride + s*X_seq_stride + d].
 //
-// Launch: any grid, blockDim = (T, 1, 1) with T a multiple of 32, 32 <= T <= 1024 (128 or 256 is
-// a good choice), no dynamic shared memory. Blocks take query rows (i, h, b) in a grid-stride
-// loop over batch * heads * seq_q rows, so e.g. grid = (seq_q, heads, batch) gives one block per
-// row. Every O element of every row (i < seq_q, d < head_dim) is written once; nothing else is.
-// A head_dim outside 1..256 writes nothing (the poisoned output then fails the gate).
+// Work split (for speed only; every row is computed the same way): a block takes a tile of
+// TILE_ROWS consecutive query rows of one (batch, head) and walks the keys in chunks of
+// CHUNK_KEYS, staging the tile's q rows and each K (then V) chunk in shared memory as float32,
+// so every K/V element read from global memory serves TILE_ROWS rows.
+//
+// Launch: any grid, blockDim = (THREADS, 1, 1) = (256, 1, 1), no dynamic shared memory. Blocks
+// take tiles (tile, h, b) in a grid-stride loop over batch * heads * ceil(seq_q / TILE_ROWS)
+// tiles, so grid = (that count, 1, 1) gives one block per tile. Every O element of every row
+// (i < seq_q, d < head_dim) is written once; nothing else is. A head_dim outside 1..256 or another
+// block size writes nothing (the poisoned output then fails the gate).
 //
 //   extern "C" __global__ void sdpa_fp8_reference(const unsigned char* q, k, v (e4m3 codes), float* o,
 //                                                 const float* q_descale, k_descale, v_descale, ...)
@@ -32,7 +38,15 @@ struct e4m3 {
     unsigned char bits;
 };
 
-enum : int { MAX_HEAD_DIM = 256, MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32, DIMS_PER_THREAD = MAX_HEAD_DIM / 32 };
+enum : int {
+    MAX_HEAD_DIM = 256,
+    THREADS = 256,
+    TILE_ROWS = 16,
+    CHUNK_KEYS = 16,
+    // Outputs (row, dim) of a tile per thread: TILE_ROWS * MAX_HEAD_DIM / THREADS.
+    OUTS_PER_THREAD = TILE_ROWS * MAX_HEAD_DIM / THREADS,
+};
+static_assert(TILE_ROWS * CHUNK_KEYS == THREADS, "one score per thread and chunk");
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -42,49 +56,40 @@ __device__ __forceinline__ float to_float(e4m3 x) {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// Block-wide max / sum of one value per thread; every thread gets the result.
-// `scratch` holds MAX_WARPS floats; the function synchronizes before and after using it.
-__device__ float block_max(float x, float* scratch) {
-    for (int off = 16; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-    const int warp = threadIdx.x / 32;
-    const int warps = blockDim.x / 32;
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) scratch[warp] = x;
-    __syncthreads();
-    float r = scratch[0];
-    for (int w = 1; w < warps; ++w) r = fmaxf(r, scratch[w]);
-    __syncthreads();
-    return r;
-}
+// The tile's shared state: q rows (scaled by q's descale), one K or V chunk, the chunk's scores
+// (then probabilities), and per row the max and the sum of exponentials. Rows padded by one
+// float: the CHUNK_KEYS threads of a row read column d of CHUNK_KEYS different kv rows.
+struct Smem {
+    float q[TILE_ROWS][MAX_HEAD_DIM + 1];
+    float kv[CHUNK_KEYS][MAX_HEAD_DIM + 1];
+    float s[TILE_ROWS][CHUNK_KEYS];
+    float row_max[TILE_ROWS];
+    float row_sum[TILE_ROWS];
+};
 
-__device__ float block_sum(float x, float* scratch) {
-    for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-    const int warp = threadIdx.x / 32;
-    const int warps = blockDim.x / 32;
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) scratch[warp] = x;
-    __syncthreads();
-    float r = 0.0f;
-    for (int w = 0; w < warps; ++w) r += scratch[w];  // same order in every thread
-    __syncthreads();
-    return r;
-}
-
-// scores[jj] = scale * dot(q_row, K[j0 + jj]) for jj < n (n <= blockDim.x): warp w takes keys
-// jj = w, w + warps, ...; its lanes split the head dim and add their partial products.
+// Rows [j0, j0 + n) of X (one (batch, head) slice) into sm.kv as floats, zeros past n.
 template <typename T>
-__device__ void score_chunk(const T* __restrict__ k_bh, long long k_seq_stride, const float* q_row,
-                            int head_dim, float scale, int j0, int n, float* scores) {
-    const int lane = threadIdx.x % 32;
-    const int warp = threadIdx.x / 32;
-    const int warps = blockDim.x / 32;
-    for (int jj = warp; jj < n; jj += warps) {
-        const T* k_row = k_bh + static_cast<long long>(j0 + jj) * k_seq_stride;
-        float part = 0.0f;
-        for (int d = lane; d < head_dim; d += 32) part += q_row[d] * to_float(k_row[d]);
-        for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
-        if (lane == 0) scores[jj] = scale * part;
+__device__ __forceinline__ void load_chunk(Smem& sm, const T* __restrict__ x_bh, long long seq_stride, int head_dim, int j0, int n) {
+    for (int e = threadIdx.x; e < CHUNK_KEYS * head_dim; e += THREADS) {
+        const int c = e / head_dim, d = e % head_dim;
+        sm.kv[c][d] = c < n ? to_float(x_bh[static_cast<long long>(j0 + c) * seq_stride + d]) : 0.0f;
     }
+}
+
+// Thread t's score of the chunk in sm.kv: row r = t / CHUNK_KEYS, key j0 + c with
+// c = t % CHUNK_KEYS, scaled; -inf where the key is past the chunk, past the row's visible keys
+// or the row is past seq_q. Written to sm.s[r][c] and returned.
+__device__ __forceinline__ float score(Smem& sm, int head_dim, float scale, int i0, int j0, int n, int seq_q, int causal) {
+    const int r = threadIdx.x / CHUNK_KEYS, c = threadIdx.x % CHUNK_KEYS;
+    const int i = i0 + r, j = j0 + c;
+    float x = neg_inf();
+    if (c < n && i < seq_q && (!causal || j <= i)) {
+        float dot = 0.0f;
+        for (int d = 0; d < head_dim; ++d) dot += sm.q[r][d] * sm.kv[c][d];
+        x = scale * dot;
+    }
+    sm.s[r][c] = x;
+    return x;
 }
 
 template <typename T>
@@ -96,81 +101,106 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
                           long long o_batch_stride, long long o_head_stride, long long o_seq_stride,
                           float softmax_scale, int head_dim, int causal, const float* q_descale = nullptr,
                           const float* k_descale = nullptr, const float* v_descale = nullptr) {
-    __shared__ float q_row[MAX_HEAD_DIM];
-    __shared__ float scores[MAX_THREADS];
-    __shared__ float scratch[MAX_WARPS];
-
+    __shared__ Smem sm;
     if (head_dim < 1 || head_dim > MAX_HEAD_DIM) return;
-    if (blockDim.x % 32 != 0 || blockDim.x > MAX_THREADS) return;
+    if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) return;
     const int tid = threadIdx.x;
-    const int nthreads = blockDim.x;  // also the number of keys per chunk
-    const long long rows = static_cast<long long>(batch) * heads * seq_q;
+    const long long tiles_per_head = (seq_q + TILE_ROWS - 1) / TILE_ROWS;
+    const long long tiles = static_cast<long long>(batch) * heads * tiles_per_head;
     const long long blocks = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z;
     const long long first = blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
 
-    for (long long row = first; row < rows; row += blocks) {  // block-uniform loop
-        const int i = static_cast<int>(row % seq_q);
-        const int h = static_cast<int>((row / seq_q) % heads);
-        const int b = static_cast<int>(row / (static_cast<long long>(seq_q) * heads));
+    for (long long tile = first; tile < tiles; tile += blocks) {  // block-uniform loop
+        const int i0 = static_cast<int>(tile % tiles_per_head) * TILE_ROWS;
+        const int h = static_cast<int>((tile / tiles_per_head) % heads);
+        const int b = static_cast<int>(tile / (tiles_per_head * heads));
         const T* q_bh = q + (b * q_batch_stride + h * q_head_stride);
         const T* k_bh = k + (b * k_batch_stride + h * k_head_stride);
         const T* v_bh = v + (b * v_batch_stride + h * v_head_stride);
-        float* o_row = o + (b * o_batch_stride + h * o_head_stride + i * o_seq_stride);
 
-        // Per-(batch, head) descale factors (FP8 inputs; 1 otherwise): q's on q_row, k's on the
+        // Per-(batch, head) descale factors (FP8 inputs; 1 otherwise): q's on q, k's on the
         // scores, v's on the output.
         const int bh = b * heads + h;
         const float qd = q_descale ? q_descale[bh] : 1.0f;
         const float kd = k_descale ? k_descale[bh] : 1.0f;
         const float vd = v_descale ? v_descale[bh] : 1.0f;
+        const float scale = softmax_scale * kd;
 
-        // Keys 0 .. n_keys-1 are visible (at least key 0: seq_kv >= 1 and i >= 0).
-        const int n_keys = causal ? min(i + 1, seq_kv) : seq_kv;
+        // Keys 0 .. n_keys - 1 can be visible to some row of the tile.
+        const int last_row = min(i0 + TILE_ROWS, seq_q) - 1;
+        const int n_keys = causal ? min(last_row + 1, seq_kv) : seq_kv;
 
-        __syncthreads();  // the previous row is done with q_row and scores
-        for (int d = tid; d < head_dim; d += nthreads) q_row[d] = to_float(q_bh[i * q_seq_stride + d]) * qd;
-        __syncthreads();
-
-        // Pass 1: the row max of the scaled scores.
-        float m = neg_inf();
-        for (int j0 = 0; j0 < n_keys; j0 += nthreads) {
-            const int n = min(nthreads, n_keys - j0);
-            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale * kd, j0, n, scores);
-            __syncthreads();
-            if (tid < n) m = fmaxf(m, scores[tid]);
-            __syncthreads();
+        __syncthreads();  // the previous tile is done with the shared state
+        for (int e = tid; e < TILE_ROWS * head_dim; e += THREADS) {
+            const int r = e / head_dim, d = e % head_dim;
+            sm.q[r][d] = i0 + r < seq_q ? to_float(q_bh[static_cast<long long>(i0 + r) * q_seq_stride + d]) * qd : 0.0f;
         }
-        m = block_max(m, scratch);
+        if (tid < TILE_ROWS) {
+            sm.row_max[tid] = neg_inf();
+            sm.row_sum[tid] = 0.0f;
+        }
 
-        // Pass 2: p_j = exp(s_j - m); the sum of p_j, and sum_j p_j * V[j][d] for this thread's dims.
-        float sum = 0.0f;
-        float acc[DIMS_PER_THREAD];
-        for (int r = 0; r < DIMS_PER_THREAD; ++r) acc[r] = 0.0f;
-        for (int j0 = 0; j0 < n_keys; j0 += nthreads) {
-            const int n = min(nthreads, n_keys - j0);
-            score_chunk(k_bh, k_seq_stride, q_row, head_dim, softmax_scale * kd, j0, n, scores);
+        // Pass 1: each row's max of its visible scaled scores (key 0 is visible to every row).
+        for (int j0 = 0; j0 < n_keys; j0 += CHUNK_KEYS) {
+            const int n = min(CHUNK_KEYS, n_keys - j0);
             __syncthreads();
-            if (tid < n) {
-                const float p = expf(scores[tid] - m);
-                scores[tid] = p;
-                sum += p;
+            load_chunk(sm, k_bh, k_seq_stride, head_dim, j0, n);
+            __syncthreads();
+            score(sm, head_dim, scale, i0, j0, n, seq_q, causal);
+            __syncthreads();
+            if (tid < TILE_ROWS) {
+                float m = sm.row_max[tid];
+                for (int c = 0; c < CHUNK_KEYS; ++c) m = fmaxf(m, sm.s[tid][c]);
+                sm.row_max[tid] = m;
             }
+        }
+
+        // Pass 2: p = exp(s - max) per visible key, the row sums, and O += p V for this thread's
+        // outputs (row r = e / head_dim, dim d = e % head_dim for e = tid, tid + THREADS, ...).
+        float acc[OUTS_PER_THREAD];  // (loops over u unrolled: acc stays in registers)
+#pragma unroll
+        for (int u = 0; u < OUTS_PER_THREAD; ++u) acc[u] = 0.0f;
+        for (int j0 = 0; j0 < n_keys; j0 += CHUNK_KEYS) {
+            const int n = min(CHUNK_KEYS, n_keys - j0);
             __syncthreads();
-            for (int jj = 0; jj < n; ++jj) {
-                const float p = scores[jj];
-                const T* v_row = v_bh + static_cast<long long>(j0 + jj) * v_seq_stride;
-                for (int r = 0; r < DIMS_PER_THREAD; ++r) {
-                    const int d = tid + r * nthreads;
-                    if (d < head_dim) acc[r] += p * to_float(v_row[d]);
+            load_chunk(sm, k_bh, k_seq_stride, head_dim, j0, n);
+            __syncthreads();
+            const int r = tid / CHUNK_KEYS, c = tid % CHUNK_KEYS;
+            const float x = score(sm, head_dim, scale, i0, j0, n, seq_q, causal);
+            // Masked scores are -inf and give p = 0 (rows past seq_q have max -inf: p = 0 too).
+            sm.s[r][c] = x == neg_inf() ? 0.0f : expf(x - sm.row_max[r]);
+            __syncthreads();
+            if (tid < TILE_ROWS) {
+                float sum = sm.row_sum[tid];
+                for (int cc = 0; cc < CHUNK_KEYS; ++cc) sum += sm.s[tid][cc];
+                sm.row_sum[tid] = sum;
+            }
+            load_chunk(sm, v_bh, v_seq_stride, head_dim, j0, n);  // (K is no longer read)
+            __syncthreads();
+#pragma unroll
+            for (int u = 0; u < OUTS_PER_THREAD; ++u) {
+                const int e = tid + u * THREADS;
+                if (e < TILE_ROWS * head_dim) {
+                    const int rr = e / head_dim, d = e % head_dim;
+                    float a = acc[u];
+                    for (int cc = 0; cc < CHUNK_KEYS; ++cc) a += sm.s[rr][cc] * sm.kv[cc][d];
+                    acc[u] = a;
                 }
             }
-            __syncthreads();
         }
-        sum = block_sum(sum, scratch);  // >= 1: the max element contributes exp(0)
+        __syncthreads();
 
-        for (int r = 0; r < DIMS_PER_THREAD; ++r) {
-            const int d = tid + r * nthreads;
-            if (d < head_dim) o_row[d] = acc[r] * vd / sum;
+        // O = acc * v's descale / sum (>= 1 for every valid row: its max contributes exp(0)).
+#pragma unroll
+        for (int u = 0; u < OUTS_PER_THREAD; ++u) {
+            const int e = tid + u * THREADS;
+            if (e < TILE_ROWS * head_dim) {
+                const int r = e / head_dim, d = e % head_dim;
+                if (i0 + r < seq_q) {
+                    o[b * o_batch_stride + h * o_head_stride + static_cast<long long>(i0 + r) * o_seq_stride + d] =
+                        acc[u] * vd / sm.row_sum[r];
+                }
+            }
         }
     }
 }
@@ -178,7 +208,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 }  // namespace sdpa_ref
 
 #define SDPA_REFERENCE_ENTRY(NAME, T)                                                                        \
-    extern "C" __global__ void __launch_bounds__(1024)                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                                         \
     NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, float* __restrict__ o,   \
          int batch, int heads, int seq_q, int seq_kv,                                                        \
          long long q_batch_stride, long long q_head_stride, long long q_seq_stride,                          \
@@ -195,7 +225,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 SDPA_REFERENCE_ENTRY(sdpa_reference_f16, __half)
 SDPA_REFERENCE_ENTRY(sdpa_reference_bf16, __nv_bfloat16)
 
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(256)
 sdpa_fp8_reference(const sdpa_ref::e4m3* __restrict__ q, const sdpa_ref::e4m3* __restrict__ k,
                    const sdpa_ref::e4m3* __restrict__ v, float* __restrict__ o, const float* __restrict__ q_descale,
                    const float* __restrict__ k_descale, const float* __restrict__ v_descale, int batch, int heads,
