@@ -86,6 +86,8 @@ struct RawFamily {
     launch: Option<toml::Value>,
     #[serde(default)]
     scratch: Vec<RawScratch>,
+    #[serde(default)]
+    contiguous: Vec<String>,
     /// Resolved before parsing (see [`Family::load_file`]).
     #[serde(default)]
     #[allow(dead_code)]
@@ -170,6 +172,11 @@ pub struct Family {
     pub launch_require_sass: Vec<Option<Vec<String>>>,
     /// Scratch buffers, in the order [`ArgSlot::Scratch`] indexes them.
     pub scratch: Vec<ScratchRule>,
+    /// Tensors of the problem (inputs or the output, by name) that the family's kernels
+    /// read or write only in the problem's contiguous layout (e.g. through TMA tensor maps
+    /// that ignore strides). The correctness gate passes these tensors contiguous and
+    /// varies the layout of every other one; an artifact copies them to contiguous.
+    pub contiguous: Vec<String>,
     /// The family file.
     pub path: PathBuf,
     template_name: String,
@@ -717,6 +724,51 @@ impl Family {
             });
         }
 
+        // Layout: what the family needs contiguous, and that every tensor map is over such a
+        // tensor (a map views its input as contiguous whatever strides the call passes).
+        let contiguous_at = |message: String| FamilyError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of(&text, None, "contiguous"),
+            message,
+        };
+        let tensor_names: Vec<&str> = input_names
+            .iter()
+            .map(String::as_str)
+            .chain([output_name.as_str()])
+            .collect();
+        let mut contiguous = Vec::new();
+        for name in &raw.contiguous {
+            if !tensor_names.contains(&name.as_str()) {
+                return Err(contiguous_at(format!(
+                    "contiguous: `{name}` is not a tensor of problem `{}` (it has {tensor_names:?})",
+                    problem.name()
+                )));
+            }
+            if contiguous.contains(name) {
+                return Err(contiguous_at(format!(
+                    "contiguous: `{name}` is named twice"
+                )));
+            }
+            contiguous.push(name.clone());
+        }
+        for (i, args) in launch_args.iter().enumerate() {
+            for a in args.iter().flatten() {
+                if let ArgRef::TensorMap { input, .. } = a {
+                    let name = &input_names[*input];
+                    if !contiguous.contains(name) {
+                        return Err(FamilyError::Invalid {
+                            path: path.to_path_buf(),
+                            line: array_line(&text, "launch", i, "args")
+                                .or_else(|| line_of(&text, Some("launch"), "args")),
+                            message: format!(
+                                "a tensor map views input `{name}` as a contiguous tensor, but the family does not declare it: add `contiguous = [\"{name}\", ...]` at the top of the file (the gate then tests `{name}` contiguous only, and an artifact copies it to contiguous)"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+
         // Template and shared headers.
         let template_path = path.parent().unwrap_or(Path::new(".")).join(&raw.template);
         let template_text =
@@ -747,6 +799,7 @@ impl Family {
             launch_args,
             launch_require_sass,
             scratch,
+            contiguous,
             path: path.to_path_buf(),
             template_name,
             tera,
