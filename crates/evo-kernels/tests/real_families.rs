@@ -323,7 +323,14 @@ fn fp8_e2e_launches_bind_scratch_to_the_fp8_abi() {
             ("v_descale", ElemType::F32, 15),
         ]
     );
-    let args = e2e.launch_args(&vars, &shape).unwrap();
+    // Bound to the plain call's ABI, as the worker binds every call's own.
+    let e2e_abi = problem("sdpa_fwd_fp8_e2e").unwrap().args(&shape);
+    let args: Vec<Vec<ArgSlot>> = e2e
+        .launch_args(&vars, &shape)
+        .unwrap()
+        .iter()
+        .map(|a| evo_kernels::bind_abi(a, &e2e_abi).unwrap())
+        .collect();
     let kernels: Vec<&str> = e2e.launches.iter().map(|l| l.kernel.as_str()).collect();
     assert_eq!(
         kernels,
@@ -570,8 +577,13 @@ fn split_kv_launches_scratch_and_arguments() {
                 assert_eq!(dims[1].1.grid, [((b * h * sq + 3) / 4) as u32, 1, 1]);
                 assert_eq!(dims[1].1.block, [128, 1, 1]);
                 assert_eq!(dims[1].1.shared_bytes, 0);
-                let args = f.launch_args(&vars, &shape).unwrap();
                 let abi = sdpa.args(&shape);
+                let args: Vec<Vec<ArgSlot>> = f
+                    .launch_args(&vars, &shape)
+                    .unwrap()
+                    .iter()
+                    .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
+                    .collect();
                 let parts = [ArgSlot::Scratch(0), ArgSlot::Scratch(1)];
                 assert_eq!(args[1], [abi.clone(), parts.to_vec()].concat());
                 let n_maps = if name.contains("wgmma") { 3 } else { 0 };
