@@ -1,6 +1,15 @@
 #pragma once
-// Small device helpers shared by the attention families (sdpa_fwd_mma, sdpa_fwd_fp8_mma): -inf,
-// a flush-to-zero exp2 for the online softmax, and a value the optimizer cannot see through.
+// The online softmax of the attention families (sdpa_fwd_mma, sdpa_fwd_wgmma, sdpa_fwd_fp8_mma,
+// sdpa_fwd_fp8_wgmma; FlashAttention-2's running maximum and sum, in the log2 domain) and its
+// small helpers: -inf, a flush-to-zero exp2, a value the optimizer cannot see through.
+//
+// Fragments: the scores S of one KV tile and the output O live in MMA accumulator fragments. A
+// thread holds two rows of its warp's 16-row slice (h = 0, 1: rows g and g + 8, g = lane / 4) and
+// per 8-column block j two columns (e = 0, 1: columns 8 j + 2 t + e, t = lane % 4): float
+// r = 2 h + e of block j. That is mma.sync m16n8's C fragment (one block per n8 tile) and, block
+// after block, wgmma's accumulator (common/wgmma.cuh: d[4 j + r]). The four lanes of a quad hold
+// the other columns of the same rows. A family passes a fragment as `at(j, r)`, a callable
+// returning float&, so that one code serves its own array shapes (fully unrolled, no copies).
 
 namespace evo {
 
@@ -19,5 +28,94 @@ __device__ __forceinline__ int opaque(int x) {
     asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
     return y;
 }
+
+// Row h of a fragment of NB column blocks times f[h] (O rescaled by alpha).
+template <int NB, class At>
+__device__ __forceinline__ void scale_rows(At&& at, const float (&f)[2]) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) at(j, r) *= f[r >> 1];
+    }
+}
+
+// The online softmax state of a thread's two rows over a KV sequence walked tile by tile.
+// Per tile of NB column blocks (`step`): the scores s (visible(h, j, e) false: masked, e.g. a key
+// past seq_kv or, causal, after the row) become x = s * scale_log2 (scale_log2 = softmax_scale *
+// log2(e)), the running maximum m grows to max(m, max x), and s is overwritten in place with
+// p = 2^(x - m). alpha[h] = 2^(m_old - m_new) rescales what was accumulated with the old maximum
+// (O, and the running sum here). A row with no visible key so far keeps m = -inf; its exponents
+// are then taken against 0, so no (-inf) - (-inf) = NaN appears and its p and alpha are 0.
+template <int NB>
+struct OnlineSoftmax {
+    float row_max[2];  // running maximum of x, -inf before any visible key
+    float row_sum[2];  // this thread's share of the running sum (quad-reduced by finish)
+
+    __device__ __forceinline__ void init() {
+        row_max[0] = row_max[1] = neg_inf();
+        row_sum[0] = row_sum[1] = 0.f;
+    }
+
+    // One tile (above). SUM: the tile's p are added to the running sum; otherwise the caller adds
+    // the weights P V really uses (e.g. P rounded to FP8) with add_weights. need_mask false: no
+    // key of the tile is masked for these rows (visible is not called).
+    template <bool SUM, class At, class Visible>
+    __device__ __forceinline__ void step(At&& at, float scale_log2, bool need_mask, Visible&& visible,
+                                         float (&alpha)[2]) {
+        float tile_max[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                float x = at(j, r) * scale_log2;
+                if (need_mask && !visible(r >> 1, j, r & 1)) x = neg_inf();
+                at(j, r) = x;
+                tile_max[r >> 1] = fmaxf(tile_max[r >> 1], x);
+            }
+        }
+        float ref[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+            const float m_new = fmaxf(row_max[h], tile_max[h]);
+            ref[h] = m_new == neg_inf() ? 0.f : m_new;
+            alpha[h] = fast_exp2(row_max[h] - ref[h]);
+            row_max[h] = m_new;
+        }
+        float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float p = fast_exp2(at(j, r) - ref[r >> 1]);
+                at(j, r) = p;
+                if constexpr (SUM) tile_sum[r >> 1] += p;
+            }
+        }
+        if constexpr (SUM) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h];
+        }
+    }
+
+    // After step<false>: the running sums rescaled by the tile's alpha plus the weights w[h] of
+    // this thread's columns of the tile.
+    __device__ __forceinline__ void add_weights(const float (&alpha)[2], const float (&w)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + w[h];
+    }
+
+    // After the last tile: row_sum becomes the row's complete sum (over the quad), and
+    // inv[h] = numer / sum, 0 for a row that saw no visible key.
+    __device__ __forceinline__ void finish(float (&inv)[2], float numer = 1.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+            inv[h] = row_sum[h] > 0.f ? numer / row_sum[h] : 0.f;
+        }
+    }
+};
 
 }  // namespace evo
