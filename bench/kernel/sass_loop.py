@@ -142,11 +142,11 @@ def main_loop(insns: list[Insn], labels: dict[str, int]) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def paths(insns: list[Insn], labels: dict[str, int], head: int, tail: int, limit: int = 64):
-    """Every path head -> tail through the loop body as a list of instruction indices (forward
-    edges only; branches that leave [head, tail] are taken as not taken; an unpredicated
-    branch elsewhere is followed)."""
-    starts = {head, tail}
+def paths(insns: list[Insn], labels: dict[str, int], head: int, tail: int, enumerate_up_to: int = 8):
+    """Paths head -> tail through the loop body (forward edges only; a branch that leaves
+    [head, tail] counts as not taken): (number of paths, the paths as instruction-index lists:
+    all of them when there are at most `enumerate_up_to`, else the shortest and the longest)."""
+    starts = {head}
     for idx in range(head, tail + 1):
         ins = insns[idx]
         if ins.is_branch and ins.target in labels:
@@ -155,46 +155,73 @@ def paths(insns: list[Insn], labels: dict[str, int], head: int, tail: int, limit
                 starts.add(t)
             if idx + 1 <= tail:
                 starts.add(idx + 1)
-    for lbl, t in labels.items():
+    for t in labels.values():
         if head <= t <= tail:
             starts.add(t)
     order = sorted(starts)
-    block_of = {}
-    for b, s in enumerate(order):
-        end = (order[b + 1] if b + 1 < len(order) else tail + 1) - 1
-        block_of[s] = (s, min(end, tail))
+    end_of = {s: (order[b + 1] - 1 if b + 1 < len(order) else tail) for b, s in enumerate(order)}
 
     def succ(s):
-        lo, hi = block_of[s]
+        hi = end_of[s]
         last = insns[hi]
-        out = []
         if hi == tail:
             return ["END"]
+        out = []
         if last.is_branch and last.target in labels:
             t = labels[last.target]
-            taken_inside = head < t <= tail and t > hi
-            if taken_inside:
+            inside = head < t <= tail and t > hi
+            if inside:
                 out.append(t)
             if last.pred is None and ".U" not in last.opcode:
-                # unconditional: falls through only when the target left the body
-                return out if taken_inside else [hi + 1]
+                return out if inside else [hi + 1]
         if last.is_exit:
             return out
         out.append(hi + 1)
         return out
 
-    result = []
-    stack = [(head, [])]
-    while stack and len(result) < limit:
+    succs = {s: [n for n in succ(s) if n == "END" or n in end_of] for s in order}
+    # Counts and extreme lengths from each block to the end (blocks in address order are a
+    # topological order of the forward edges).
+    count, best = {}, {}
+    for s in reversed(order):
+        size = end_of[s] - s + 1
+        opts = [(0, 1, "END") if n == "END" else (best[n][0], count[n], n) for n in succs[s]]
+        if not opts:
+            count[s], best[s] = 0, (None, None, None, None)
+            continue
+        reach = [o for o in opts if o[0] is not None or o[2] == "END"]
+        count[s] = sum(o[1] for o in opts)
+        if not reach:
+            best[s] = (None, None, None, None)
+            continue
+        lo = min(reach, key=lambda o: o[0] if o[2] == "END" else best[o[2]][0])
+        hi = max(reach, key=lambda o: o[0] if o[2] == "END" else best[o[2]][1])
+        lo_len = size + (0 if lo[2] == "END" else best[lo[2]][0])
+        hi_len = size + (0 if hi[2] == "END" else best[hi[2]][1])
+        best[s] = (lo_len, hi_len, lo[2], hi[2])
+
+    def walk(which: int) -> list[int]:
+        out, s = [], head
+        while s != "END":
+            out += list(range(s, end_of[s] + 1))
+            s = best[s][2 + which]
+        return out
+
+    total = count.get(head, 0)
+    if total == 0:
+        return 0, []
+    if total > enumerate_up_to:
+        return total, [walk(0), walk(1)]
+    result, stack = [], [(head, [])]
+    while stack:
         s, acc = stack.pop()
-        lo, hi = block_of[s]
-        acc = acc + list(range(lo, hi + 1))
-        for n in succ(s):
+        acc = acc + list(range(s, end_of[s] + 1))
+        for n in succs[s]:
             if n == "END":
                 result.append(acc)
-            elif n in block_of:
+            else:
                 stack.append((n, acc))
-    return result
+    return total, result
 
 
 def count(insns: list[Insn], path: list[int]) -> Counter:
@@ -253,7 +280,7 @@ def analyze(sass: str, kernel: str | None) -> dict:
         raise SystemExit(f"no kernel {name}; found {sorted(kernels)}")
     insns, labels = kernels[name]
     head, tail = main_loop(insns, labels)
-    ps = paths(insns, labels, head, tail)
+    n_paths, ps = paths(insns, labels, head, tail)
     rows = []
     for p in sorted(ps, key=len):
         c = count(insns, p)
@@ -261,23 +288,25 @@ def analyze(sass: str, kernel: str | None) -> dict:
         rows.append({"total": len(p), "classes": {k: c.get(k, 0) for k in CLASS_NAMES},
                      "ops": dict(ops.most_common())})
     return {"kernel": name, "loop": [insns[head].addr, insns[tail].addr], "body": tail - head + 1,
-            "paths": rows}
+            "n_paths": n_paths, "paths": rows}
 
 
 def table(results: list[tuple[str, dict]], with_ops: bool, all_paths: bool) -> str:
     """One row per (input, path): total and class counts. Paths are sorted by length; past
-    four only the shortest and the longest are shown (unless all_paths)."""
+    four only the shortest and the longest are shown (unless all_paths); `n/N`: path n of
+    N, `min`/`max` when only the extremes are known."""
     cols = ["total"] + CLASS_NAMES
     short = {"mma_sync": "mmasync", "shuffle": "shfl", "control": "ctrl", "uniform": "unif"}
     head = f"{'variant':<34} {'path':>7} " + " ".join(f"{short.get(c, c):>7}" for c in cols)
     lines = [head, "-" * len(head)]
     for label, r in results:
         ps = list(enumerate(r["paths"]))
+        extremes = r["n_paths"] > len(ps)
         if len(ps) > 4 and not all_paths:
             ps = [ps[0], ps[-1]]
         for n, p in ps:
             vals = [p["total"]] + [p["classes"][c] for c in CLASS_NAMES]
-            tag = f"{n + 1}/{len(r['paths'])}"
+            tag = ("min" if n == 0 else "max") + f"/{r['n_paths']}" if extremes else f"{n + 1}/{r['n_paths']}"
             lines.append(f"{label[-34:]:<34} {tag:>7} " + " ".join(f"{v:>7}" for v in vals))
             if with_ops:
                 lines.append("      " + ", ".join(f"{k} {v}" for k, v in p["ops"].items()))
@@ -297,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--ops", action="store_true", help="per-opcode counts under each row")
-    ap.add_argument("--all-paths", action="store_true", help="every path, not only the shortest and longest past four")
+    ap.add_argument("--all-paths", action="store_true", help="every enumerated path, not only the shortest and longest past four")
     a = ap.parse_args(argv)
     if bool(a.config) != bool(a.genome or a.genomes):
         ap.error("-c goes with -g or --genomes")

@@ -39,13 +39,37 @@ __device__ __forceinline__ void scale_rows(At&& at, const float (&f)[2]) {
     }
 }
 
+// The scale of the scores in the exponent: x = s * c, c = softmax_scale * log2(e) (log2 domain),
+// any finite softmax_scale. The maximum of x is c * (c < 0 ? min s : max s), so a tile's maximum
+// is taken on the raw scores (one FMNMX each) and the exponent is one FFMA, 2^(s * c - m). A
+// masked score is set to `hide` (-inf, or +inf for c < 0), which neither maximum nor minimum
+// picks and which c maps to -inf. |c| is kept at least FLT_MIN so that c * hide is -inf (not
+// NaN) for softmax_scale = 0: the exponents then differ from 0 by at most |s| * 1.2e-38.
+struct LogitScale {
+    float c;
+    float hide;
+    bool neg;
+
+    __device__ __forceinline__ static LogitScale of(float softmax_scale) {
+        return of_log2(softmax_scale * 1.4426950408889634f);
+    }
+    // From c itself (e.g. with FP8 descales folded in).
+    __device__ __forceinline__ static LogitScale of_log2(float c) {
+        LogitScale sc;
+        sc.neg = c < 0.f;
+        sc.c = copysignf(fmaxf(fabsf(c), 1.17549435e-38f), c);
+        sc.hide = sc.neg ? -neg_inf() : neg_inf();
+        return sc;
+    }
+};
+
 // The online softmax state of a thread's two rows over a KV sequence walked tile by tile.
 // Per tile of NB column blocks (`step`): the scores s (visible(h, j, e) false: masked, e.g. a key
-// past seq_kv or, causal, after the row) become x = s * scale_log2 (scale_log2 = softmax_scale *
-// log2(e)), the running maximum m grows to max(m, max x), and s is overwritten in place with
-// p = 2^(x - m). alpha[h] = 2^(m_old - m_new) rescales what was accumulated with the old maximum
-// (O, and the running sum here). A row with no visible key so far keeps m = -inf; its exponents
-// are then taken against 0, so no (-inf) - (-inf) = NaN appears and its p and alpha are 0.
+// past seq_kv or, causal, after the row) give x = s * c (LogitScale), the running maximum m grows
+// to max(m, max x), and s is overwritten in place with p = 2^(x - m). alpha[h] = 2^(m_old - m_new)
+// rescales what was accumulated with the old maximum (O, and the running sum here). A row with no
+// visible key so far keeps m = -inf; its exponents are then taken against 0, so no (-inf) - (-inf)
+// = NaN appears and its p and alpha are 0.
 template <int NB>
 struct OnlineSoftmax {
     float row_max[2];  // running maximum of x, -inf before any visible key
@@ -56,29 +80,32 @@ struct OnlineSoftmax {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
-    // One tile (above). SUM: the tile's p are added to the running sum; otherwise the caller adds
-    // the weights P V really uses (e.g. P rounded to FP8) with add_weights. need_mask false: no
-    // key of the tile is masked for these rows (visible is not called).
-    template <bool SUM, class At, class Visible>
-    __device__ __forceinline__ void step(At&& at, float scale_log2, bool need_mask, Visible&& visible,
-                                         float (&alpha)[2]) {
-        float tile_max[2] = {neg_inf(), neg_inf()};
+    // One tile (above). MASK false: no key of the tile is masked for these rows (visible is not
+    // called; the unmasked tiles of the main loop). SUM: the tile's p are added to the running sum;
+    // otherwise the caller adds the weights P V really uses (e.g. P rounded to FP8) with
+    // add_weights.
+    template <bool MASK, bool SUM, class At, class Visible>
+    __device__ __forceinline__ void step(At&& at, const LogitScale& sc, Visible&& visible, float (&alpha)[2]) {
+        if constexpr (MASK) {
 #pragma unroll
-        for (int j = 0; j < NB; ++j) {
+            for (int j = 0; j < NB; ++j) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                float x = at(j, r) * scale_log2;
-                if (need_mask && !visible(r >> 1, j, r & 1)) x = neg_inf();
-                at(j, r) = x;
-                tile_max[r >> 1] = fmaxf(tile_max[r >> 1], x);
+                for (int r = 0; r < 4; ++r) {
+                    if (!visible(r >> 1, j, r & 1)) at(j, r) = sc.hide;
+                }
             }
+        }
+        // The tile's maximum of x over the quad: of the raw scores, then scaled once.
+        float tile_max[2];
+        if (sc.neg) {
+            reduce_quad([](float a, float b) { return fminf(a, b); }, at, tile_max);
+        } else {
+            reduce_quad([](float a, float b) { return fmaxf(a, b); }, at, tile_max);
         }
         float ref[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-            const float m_new = fmaxf(row_max[h], tile_max[h]);
+            const float m_new = fmaxf(row_max[h], tile_max[h] * sc.c);
             ref[h] = m_new == neg_inf() ? 0.f : m_new;
             alpha[h] = fast_exp2(row_max[h] - ref[h]);
             row_max[h] = m_new;
@@ -88,7 +115,7 @@ struct OnlineSoftmax {
         for (int j = 0; j < NB; ++j) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const float p = fast_exp2(at(j, r) - ref[r >> 1]);
+                const float p = fast_exp2(fmaf(at(j, r), sc.c, -ref[r >> 1]));
                 at(j, r) = p;
                 if constexpr (SUM) tile_sum[r >> 1] += p;
             }
@@ -96,6 +123,25 @@ struct OnlineSoftmax {
         if constexpr (SUM) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h];
+        }
+    }
+
+    // op (fmaxf or fminf) over this thread's columns of each row, then over the quad.
+    template <class Op, class At>
+    __device__ __forceinline__ static void reduce_quad(Op op, At& at, float (&out)[2]) {
+        out[0] = at(0, 0);
+        out[1] = at(0, 2);
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                if (j > 0 || (r & 1)) out[r >> 1] = op(out[r >> 1], at(j, r));
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            out[h] = op(out[h], __shfl_xor_sync(0xffffffffu, out[h], 1));
+            out[h] = op(out[h], __shfl_xor_sync(0xffffffffu, out[h], 2));
         }
     }
 
