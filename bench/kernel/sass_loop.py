@@ -10,7 +10,7 @@ masked and an unmasked tile.
 
 Usage (from the repo root, no GPU needed):
   bench/kernel/sass_loop.py -c configs/sdpa_wgmma.toml -g GENOME [--spec HEAD_DIM=128,CAUSAL=false]
-  bench/kernel/sass_loop.py -c CONFIG --genomes bench/kernel/genomes.txt [--spec ...]
+  bench/kernel/sass_loop.py -c CONFIG --genomes bench/kernel/genomes.txt [--spec ...] [--templates DIR]
   bench/kernel/sass_loop.py FILE.cubin [FILE.cubin ...]       # already compiled
   bench/kernel/sass_loop.py --sass FILE.sass                    # nvdisasm/cuobjdump text
 Options: --evo PATH (default target/release/evo, else target/debug/evo), --kernel NAME
@@ -254,10 +254,14 @@ def find_evo() -> str:
     raise SystemExit("no evo binary: build it (cargo build -p evo-cli) or pass --evo PATH")
 
 
-def compile_genome(evo: str, config: str, genome: str, spec: str, out: Path) -> list[Path]:
+def compile_genome(evo: str, config: str, genome: str, spec: str, out: Path, templates: str | None) -> list[Path]:
     """Cubins of `genome` whose specialization holds every K=V of `spec`."""
-    subprocess.run([evo, "compile", "-c", config, "-g", genome, "--out", str(out), "--arch", "sm_90a"],
-                   check=True, capture_output=True)
+    cmd = [evo, "compile", "-c", config, "-g", genome, "--out", str(out), "--arch", "sm_90a"]
+    if templates:
+        cmd += ["--templates", templates]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"evo compile failed for {genome}:\n{r.stderr.strip()}")
     want = [kv.replace("=", "-") for kv in spec.split(",") if kv]
     return sorted(p for p in out.glob("*.cubin") if all(w in p.name for w in want))
 
@@ -322,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", default="", help="K=V,... the specializations must hold (e.g. HEAD_DIM=128,CAUSAL=false)")
     ap.add_argument("--sass", action="append", default=[], help="disassembly text file")
     ap.add_argument("--evo")
+    ap.add_argument("--templates", help="templates folder for evo compile (e.g. an earlier commit's)")
     ap.add_argument("--tool", help="nvdisasm or cuobjdump")
     ap.add_argument("--kernel")
     ap.add_argument("--json", action="store_true")
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, (label, genome) in enumerate(named):
             out = Path(tmp) / str(n)
             out.mkdir()
-            found = compile_genome(a.evo or find_evo(), a.config, genome, a.spec, out)
+            found = compile_genome(a.evo or find_evo(), a.config, genome, a.spec, out, a.templates)
             if not found:
                 raise SystemExit(f"no specialization of {genome} matches {a.spec!r}")
             for c in found:

@@ -70,9 +70,14 @@ struct LogitScale {
 // rescales what was accumulated with the old maximum (O, and the running sum here). A row with no
 // visible key so far keeps m = -inf; its exponents are then taken against 0, so no (-inf) - (-inf)
 // = NaN appears and its p and alpha are 0.
-template <int NB>
+// LAZY_LOG2 > 0 (FlashAttention-4's conditional rescaling): m is the maximum actually used, and
+// it only moves when a tile's maximum exceeds it by more than LAZY_LOG2; otherwise alpha is
+// exactly 1 and p = 2^(x - m) stays at most 2^LAZY_LOG2. The result is the same (O and the sum
+// use the same m); a warp whose rows all kept m can skip rescaling O (step returns whether any
+// of this thread's rows moved). Not for P rounded to FP8 as 448 p (needs p <= 1).
+template <int NB, int LAZY_LOG2 = 0>
 struct OnlineSoftmax {
-    float row_max[2];  // running maximum of x, -inf before any visible key
+    float row_max[2];  // running maximum of x (LAZY_LOG2: the one used), -inf before any visible key
     float row_sum[2];  // this thread's share of the running sum (quad-reduced by finish)
 
     __device__ __forceinline__ void init() {
@@ -80,12 +85,12 @@ struct OnlineSoftmax {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
-    // One tile (above). MASK false: no key of the tile is masked for these rows (visible is not
-    // called; the unmasked tiles of the main loop). SUM: the tile's p are added to the running sum;
-    // otherwise the caller adds the weights P V really uses (e.g. P rounded to FP8) with
-    // add_weights.
+    // One tile (above); returns whether a row's maximum moved. MASK false: no key of the tile is
+    // masked for these rows (visible is not called; the unmasked tiles of the main loop). SUM: the
+    // tile's p are added to the running sum; otherwise the caller adds the weights P V really uses
+    // (e.g. P rounded to FP8) with add_weights.
     template <bool MASK, bool SUM, class At, class Visible>
-    __device__ __forceinline__ void step(At&& at, const LogitScale& sc, Visible&& visible, float (&alpha)[2]) {
+    __device__ __forceinline__ bool step(At&& at, const LogitScale& sc, Visible&& visible, float (&alpha)[2]) {
         if constexpr (MASK) {
 #pragma unroll
             for (int j = 0; j < NB; ++j) {
@@ -103,12 +108,24 @@ struct OnlineSoftmax {
             reduce_quad([](float a, float b) { return fmaxf(a, b); }, at, tile_max);
         }
         float ref[2];
+        bool moved = false;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const float m_new = fmaxf(row_max[h], tile_max[h] * sc.c);
-            ref[h] = m_new == neg_inf() ? 0.f : m_new;
-            alpha[h] = fast_exp2(row_max[h] - ref[h]);
-            row_max[h] = m_new;
+            const float m_tile = tile_max[h] * sc.c;
+            if constexpr (LAZY_LOG2 > 0) {
+                const bool up = m_tile > row_max[h] + float(LAZY_LOG2);
+                const float m_new = up ? m_tile : row_max[h];
+                ref[h] = m_new == neg_inf() ? 0.f : m_new;
+                alpha[h] = up ? fast_exp2(row_max[h] - ref[h]) : 1.f;
+                row_max[h] = m_new;
+                moved = moved || up;
+            } else {
+                const float m_new = fmaxf(row_max[h], m_tile);
+                ref[h] = m_new == neg_inf() ? 0.f : m_new;
+                alpha[h] = fast_exp2(row_max[h] - ref[h]);
+                row_max[h] = m_new;
+                moved = true;
+            }
         }
         float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -124,6 +141,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h];
         }
+        return moved;
     }
 
     // op (fmaxf or fminf) over this thread's columns of each row, then over the quad.
