@@ -56,8 +56,11 @@ struct LogitScale {
     // From c itself (e.g. with FP8 descales folded in).
     __device__ __forceinline__ static LogitScale of_log2(float c) {
         LogitScale sc;
+        // The sign from the comparison, not from c's sign bit: -0 counts as positive, so that
+        // hide (-inf) times c (+FLT_MIN) is -inf.
         sc.neg = c < 0.f;
-        sc.c = copysignf(fmaxf(fabsf(c), 1.17549435e-38f), c);
+        const float mag = fmaxf(fabsf(c), 1.17549435e-38f);
+        sc.c = sc.neg ? -mag : mag;
         sc.hide = sc.neg ? -neg_inf() : neg_inf();
         return sc;
     }
