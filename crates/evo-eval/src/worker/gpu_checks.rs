@@ -288,6 +288,23 @@ mod tests {
         );
     }
 
+    /// The kernels compile with the pinned NVRTC (CI has no GPU to find out later).
+    #[test]
+    fn gate_kernels_compile() {
+        let compiler = evo_gpu::Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None)
+            .expect("NVRTC 13.0 (scripts/install-cuda.sh)");
+        let out = compiler
+            .compile(&evo_gpu::CompileRequest {
+                name: "evo_gate_kernels.cu".into(),
+                source: SOURCE.into(),
+            })
+            .unwrap();
+        assert!(out.success, "{}", out.log);
+        for k in ["evo_fill", "evo_absmax", "evo_compare", "evo_differ"] {
+            assert!(out.kernel(k).is_some(), "no kernel {k}");
+        }
+    }
+
     #[test]
     fn blocks_cover_every_job_and_element() {
         let d = dims(3, 10_000);
