@@ -1317,7 +1317,8 @@ fn export_refuses_what_it_cannot_freeze() {
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("manifest.json"));
 }
 
-/// The GPU-side scripts at least parse (they need torch and a GPU to run).
+/// The GPU-side scripts at least parse (they need torch and a GPU to run); so does the
+/// GPU evidence script of the artifact (bench/gpu/artifact.sh).
 #[test]
 fn torch_scripts_compile() {
     let Some(py) = python() else { return };
@@ -1325,7 +1326,12 @@ fn torch_scripts_compile() {
         "scripts/compare_torch.py",
         "scripts/sdpa_bench.py",
         "scripts/torch_sdpa_baseline.py",
+        "scripts/artifact_overhead.py",
         "crates/evo-cli/src/export/evo_kernel.py",
+        "crates/evo-cli/src/export/bench.py",
+        "bench/gpu/artifact_torch_test.py",
+        "bench/gpu/artifact_transformers.py",
+        "bench/gpu/artifact_bench_cpu.py",
     ] {
         let o = std::process::Command::new(py)
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -1342,6 +1348,16 @@ fn torch_scripts_compile() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+    let o = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(root().join("bench/gpu/artifact.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bench/gpu/artifact.sh: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// A complete fp16 sdpa_fwd shape.

@@ -134,26 +134,33 @@ def cell(r, name, kind):
     x = r[name]
     if "error" in x:
         return "n/a"
-    return f"{x[kind]:.1f} ({x[kind] / r['evo'][kind]:.2f}x)"
+    return f"{x[kind]:.2f} ({x[kind] / r['evo'][kind]:.2f}x)"
 
 
 w = max(len(r["label"]) for r in rows) + 2
+
+
+def path(r):
+    return "evo" if r["path"] == "evo" else "fell back: " + r["path"][len("fallback: "):]
+
+
+p = max(len(path(r)) for r in rows) + 2
 for kind, title in (("eager_us", "eager: plain loop, one synchronize (µs per call; ratio = backend / evo)"),
                     ("graph_us", "CUDA graph: calls over rotated inputs (µs per call; ratio = backend / evo)")):
     print()
     print(title)
-    head = f"{'case':<{w}}{'path':>12}{'evo':>10}"
-    head += f"{'evo op':>10}" if kind == "eager_us" else f"{'kernel':>10}"
-    print(head + "".join(f"{n:>18}" for n in names))
+    head = f"{'case':<{w}}{'path':<{p}}{'evo':>11}"
+    head += f"{'evo op':>11}" if kind == "eager_us" else f"{'kernel':>11}"
+    print(head + "".join(f"{n:>20}" for n in names))
     for r in rows:
         extra = r.get("evo_op", {}).get("eager_us") if kind == "eager_us" else r["kernel_us"]
-        line = f"{r['label']:<{w}}{r['path'][:11]:>12}{r['evo'][kind]:>10.2f}"
-        line += f"{extra:>10.2f}" if extra is not None else f"{'-':>10}"
-        print(line + "".join(f"{cell(r, n, kind):>18}" for n in names))
+        line = f"{r['label']:<{w}}{path(r):<{p}}{r['evo'][kind]:>11.2f}"
+        line += f"{extra:>11.2f}" if extra is not None else f"{'-':>11}"
+        print(line + "".join(f"{cell(r, n, kind):>20}" for n in names))
 print()
-print(f"{'case':<{w}}{'check':>14}{'rel L2':>10}{'max abs':>10}  path")
+print(f"{'case':<{w}}{'evo checked against':>20}{'rel L2':>10}{'max abs':>10}  path")
 for r in rows:
-    print(f"{r['label']:<{w}}{r['check_against']:>14}{r['rel_l2']:>10.1e}{r['max_abs_err']:>10.1e}  {r['path']}{' ' + r['variant'] if r['variant'] else ''}")
+    print(f"{r['label']:<{w}}{r['check_against']:>20}{r['rel_l2']:>10.1e}{r['max_abs_err']:>10.1e}  {path(r)}{' (' + r['variant'] + ')' if r['variant'] else ''}")
 
 # The goals: eager no slower than PyTorch's SDPA (default) wherever evo runs its own
 # kernels; in a CUDA graph, no more than 1 µs over the kernel's own time.
@@ -164,7 +171,7 @@ compared = [r for r in served if r["kernel_us"] is not None]
 bad = [r["label"] for r in served if not r["rel_l2"] < 1e-2]
 print()
 print(f"evo ran its own kernels in {len(served)} of {len(rows)} cases; fell back in "
-      + (", ".join(f"{r['label']} ({r['path'][10:]})" for r in rows if r["path"] != "evo") or "none"))
+      + (", ".join(f"{r['label']} ({r['path'][len('fallback: '):]})" for r in rows if r["path"] != "evo") or "none"))
 print(f"eager, evo <= SDPA default where evo runs its kernels: {'yes' if not slower else 'NO: ' + '; '.join(slower)}")
 print(f"graph, evo <= kernel's own time + 1 us: " + ("n/a (no kernel times from this GPU model)" if not compared else
       ("yes" if not over else "NO: " + "; ".join(over)) + f" ({len(compared)} cases with a kernel time)"))
