@@ -339,7 +339,10 @@ def _decide(q, k, v, is_causal, scale, capability=None):
             launches.append((rule["kernel"], grid, block, smem, args))
     except _OutOfRange as e:
         return _Fallback("shape", str(e))
-    return _Plan(variant, launches, sizes, (B, H, SQ, D), tuple(copies))
+    # The output is contiguous; when q is too, torch.empty_like(q) makes it (cheaper than
+    # torch.empty with a shape, dtype and device to parse).
+    out_like_q = strides["q"] == strides["o"]
+    return _Plan(variant, launches, sizes, (B, H, SQ, D), tuple(copies), out_like_q)
 
 
 class Launch:
@@ -520,8 +523,9 @@ class _Plan:
     [(kernel, grid, block, shared_bytes, args)], scratch [(name, bytes)], the output shape,
     the inputs to copy; on the first call on a device, the ctypes argument storage."""
 
-    def __init__(self, variant, launches, scratch, out_shape, copies):
+    def __init__(self, variant, launches, scratch, out_shape, copies, out_like_q=False):
         self.variant, self.launches, self.scratch, self.out_shape, self.copies = variant, launches, scratch, out_shape, copies
+        self.out_like_q = out_like_q
         offsets, total = [], 0
         for _, n in scratch:
             offsets.append(total)
@@ -674,7 +678,7 @@ def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))
         return _sdpa(q, k, v, None, 0.0, is_causal, scale, enable_gqa)
     device = q.device
-    o = _torch.empty(p.out_shape, dtype=q.dtype, device=device)
+    o = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=device)
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=device) if p.workspace else None
     b = p.bound or p.bind(device.index)
     stream = _raw_stream(device.index)

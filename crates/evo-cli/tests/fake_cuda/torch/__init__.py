@@ -98,6 +98,11 @@ def empty(shape, dtype=float16, device=None):
     return Tensor((shape,) if isinstance(shape, int) else shape, dtype, device)
 
 
+def empty_like(t):
+    # torch's preserve_format keeps a dense tensor's strides.
+    return Tensor(t.shape, t.dtype, t.device, t.stride())
+
+
 _grad = [True]
 
 
