@@ -114,7 +114,7 @@ fn every_problem_reference_compiles() {
             }
             shape.insert("DTYPE".into(), dtype.into());
             let r = p
-                .reference(&shape)
+                .reference(&shape, &p.default_call(&shape))
                 .unwrap_or_else(|| panic!("{} has no reference", p.name()));
             let out = compiler
                 .compile(&CompileRequest {
@@ -157,6 +157,7 @@ fn status_and_gate_names_match_the_store() {
         evo_eval::Gate::Static,
         evo_eval::Gate::Correctness,
         evo_eval::Gate::Timing,
+        evo_eval::Gate::Sanitizer,
         evo_eval::Gate::Profile,
     ] {
         let name = serde_json::to_value(g).unwrap();

@@ -32,6 +32,9 @@ pub enum Gate {
     Static,
     Correctness,
     Timing,
+    /// compute-sanitizer (memcheck, racecheck, synccheck) on a small shape, before a
+    /// variant is reported best or exported, and in `evo check`.
+    Sanitizer,
     Profile,
 }
 
@@ -88,7 +91,7 @@ impl Status {
             Gate::Render => Some(Status::RenderFailed),
             Gate::Compile => Some(Status::CompileFailed),
             Gate::Static => Some(Status::RejectedStatic),
-            Gate::Correctness => Some(Status::Incorrect),
+            Gate::Correctness | Gate::Sanitizer => Some(Status::Incorrect),
             Gate::Timing | Gate::Profile => None,
         }
     }

@@ -993,8 +993,10 @@ impl Family {
 }
 
 /// Each kernel's arguments (`launch_args[i]`, `None`: the problem's ABI) for a genome's
-/// variables plus a (complete) shape, in launch order. A [`Family`] and an exported
-/// artifact (`evo verify`) resolve their argument lists with this one function.
+/// variables plus a (complete) shape, in launch order. The problem's scalar arguments
+/// stay symbolic ([`ArgSlot::Abi`]): the worker binds them to each call's strides and
+/// scalars ([`bind_abi`]). A [`Family`] and an exported artifact (`evo verify`) resolve their
+/// argument lists with this one function.
 pub fn resolve_launch_args(
     problem: &dyn Problem,
     launches: &[LaunchRule],
@@ -1012,7 +1014,7 @@ pub fn resolve_launch_args(
         .zip(launch_args)
         .map(|(rule, args)| {
             let Some(args) = args else {
-                return Ok(abi.clone());
+                return Ok((0..abi.len()).map(|i| symbolic(&abi, i)).collect());
             };
             let mut out = Vec::new();
             for a in args {
@@ -1022,13 +1024,14 @@ pub fn resolve_launch_args(
                 };
                 match a {
                     ArgRef::Slot(s) => out.push(*s),
-                    ArgRef::Abi(i) => out.push(*abi.get(*i).ok_or_else(|| {
-                        format!(
+                    ArgRef::Abi(i) if *i < abi.len() => out.push(symbolic(&abi, *i)),
+                    ArgRef::Abi(i) => {
+                        return Err(format!(
                             "arguments of `{}`: ABI argument {i} of {}",
                             rule.kernel,
                             abi.len()
-                        )
-                    })?),
+                        ))
+                    }
                     ArgRef::I64(e) => out.push(ArgSlot::I64(eval(e)?)),
                     ArgRef::I32(e) => {
                         let v = eval(e)?;
@@ -1059,15 +1062,39 @@ pub fn resolve_launch_args(
                     }
                     ArgRef::List(name) => {
                         let range = arg_list(&lists, name)?;
-                        out.extend(
-                            abi.get(range).ok_or_else(|| {
-                                format!("argument list `{name}` runs past the ABI")
-                            })?,
-                        );
+                        if range.end > abi.len() {
+                            return Err(format!("argument list `{name}` runs past the ABI"));
+                        }
+                        out.extend(range.map(|i| symbolic(&abi, i)));
                     }
                 }
             }
             Ok(out)
+        })
+        .collect()
+}
+
+/// ABI argument `i` as a launch list holds it: a tensor as its slot (the same in every
+/// call), anything else (sizes, strides, scalars) symbolic, for each call to bind.
+fn symbolic(abi: &[ArgSlot], i: usize) -> ArgSlot {
+    match abi[i] {
+        s @ (ArgSlot::Input(_) | ArgSlot::Output | ArgSlot::Scratch(_)) => s,
+        _ => ArgSlot::Abi(i),
+    }
+}
+
+/// `args` with every [`ArgSlot::Abi`] replaced by that argument of `abi` (a call's
+/// [`Problem::call_args`]); an index past it is an error.
+pub fn bind_abi(args: &[ArgSlot], abi: &[ArgSlot]) -> Result<Vec<ArgSlot>, String> {
+    args.iter()
+        .map(|a| match *a {
+            ArgSlot::Abi(i) => abi.get(i).copied().ok_or_else(|| {
+                format!(
+                    "argument names ABI argument {i}, but the ABI has {}",
+                    abi.len()
+                )
+            }),
+            other => Ok(other),
         })
         .collect()
 }

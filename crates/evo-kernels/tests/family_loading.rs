@@ -276,7 +276,19 @@ fn kernels_take_their_own_arguments_and_scratch() {
         args[1][..3],
         [ArgSlot::Scratch(0), ArgSlot::Input(1), ArgSlot::Output]
     );
-    assert_eq!(args[1][3..], abi[..]);
+    // `@abi`'s tensors are slots; its sizes, strides and scalars stay symbolic until a
+    // call binds them, then they are that call's.
+    assert_eq!(
+        args[1][3..6],
+        [ArgSlot::Input(0), ArgSlot::Input(1), ArgSlot::Output]
+    );
+    assert_eq!(
+        args[1][6..],
+        (3..abi.len()).map(ArgSlot::Abi).collect::<Vec<_>>()[..]
+    );
+    let bound = evo_kernels::bind_abi(&args[1], &abi).unwrap();
+    assert_eq!(bound[3..], abi[..]);
+    assert!(evo_kernels::bind_abi(&[ArgSlot::Abi(abi.len())], &abi).is_err());
     let scratch = f.scratch_specs(&vars, &shape).unwrap();
     assert_eq!(scratch.len(), 1);
     assert_eq!(

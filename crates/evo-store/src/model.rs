@@ -24,12 +24,13 @@ pub const STATUS_NAMES: [&str; 9] = [
 ];
 
 /// Names of `evo_eval::Gate` (snake_case), the only gates a result may name.
-pub const GATE_NAMES: [&str; 6] = [
+pub const GATE_NAMES: [&str; 7] = [
     "render",
     "compile",
     "static",
     "correctness",
     "timing",
+    "sanitizer",
     "profile",
 ];
 

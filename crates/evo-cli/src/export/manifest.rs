@@ -147,8 +147,9 @@ pub struct Variant {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scratch: Vec<ScratchText>,
     /// Tensors (of `q`, `k`, `v`, `o`: the ABI's pointer names) the family's kernels
-    /// read or write only in the contiguous layout (e.g. through TMA tensor maps); a
-    /// caller passes the others with their own strides.
+    /// read or write only in the contiguous layout (e.g. through TMA tensor maps): the
+    /// gates tested them contiguous, so a caller passes them so (the PyTorch binding
+    /// copies); every other tensor may have any strides the ABI allows.
     pub contiguous: Vec<String>,
     /// Per kernel, from ptxas.
     pub resources: Vec<KernelResources>,

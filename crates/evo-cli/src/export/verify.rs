@@ -174,6 +174,7 @@ fn prepare(
             source,
             kernels: v.launches.iter().map(|l| l.kernel.clone()).collect(),
             shapes: cshapes,
+            contiguous: v.contiguous.clone(),
         },
         compiled: Compiled {
             key: super::manifest::sha256_hex(&cubin),
