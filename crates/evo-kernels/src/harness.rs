@@ -299,16 +299,39 @@ impl Layout {
         assert_eq!(pad.len(), size, "pad pattern of another element size");
         let mut bytes: Vec<u8> = pad.iter().copied().cycle().take(self.len * size).collect();
         let (rows, n, inner) = self.rows();
-        for (r, &base) in rows.iter().enumerate() {
-            let src = &logical.bytes[r * n * size..(r + 1) * n * size];
-            if inner == 1 {
-                bytes[base * size..(base + n) * size].copy_from_slice(src);
-            } else {
-                for (j, e) in src.chunks(size).enumerate() {
-                    let at = (base + j * inner) * size;
-                    bytes[at..at + size].copy_from_slice(e);
+        if self.is_contiguous() {
+            bytes.copy_from_slice(&logical.bytes);
+        } else {
+            // Rows never share an element (checked by `Layout::new`), so they are written in
+            // parallel through one base pointer.
+            struct Base(*mut u8);
+            // SAFETY: each task writes only its own row's elements, all inside `bytes`.
+            unsafe impl Sync for Base {}
+            impl Base {
+                fn at(&self, offset: usize) -> *mut u8 {
+                    // SAFETY: callers pass offsets inside the buffer (asserted there).
+                    unsafe { self.0.add(offset) }
                 }
             }
+            let base_ptr = Base(bytes.as_mut_ptr());
+            let total = bytes.len();
+            rows.par_iter().enumerate().for_each(|(r, &base)| {
+                let src = &logical.bytes[r * n * size..(r + 1) * n * size];
+                for j in 0..if inner == 1 { 1 } else { n } {
+                    let (from, len) = if inner == 1 {
+                        (0, n * size)
+                    } else {
+                        (j * size, size)
+                    };
+                    let at = (base + j * inner) * size;
+                    assert!(at + len <= total, "element past the buffer");
+                    // SAFETY: `at..at + len` is inside `bytes` (asserted) and belongs to
+                    // this row alone; `src` does not alias `bytes`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src[from..].as_ptr(), base_ptr.at(at), len)
+                    };
+                }
+            });
         }
         HostTensor {
             elem: logical.elem,
@@ -513,9 +536,50 @@ pub fn seeded_values(
     out
 }
 
-/// `n` standard normal samples, scaled, for input `tensor` of `seed`.
+/// `n` approximately normal samples (mean 0, standard deviation `scale`) for input
+/// `tensor` of `seed`, from the counter-based generator [`counter_value`] on all cores:
+/// the worker's GPU fill writes the same values bit for bit.
 pub fn normal_values(seed: u64, tensor: usize, n: usize, scale: f32) -> Vec<f32> {
-    seeded_values(seed, tensor, n, |r, chunk| fill_normal(r, chunk, scale))
+    counter_values(tensor_seed(seed, tensor), n, Fill::Normal(scale))
+}
+
+/// `n` values of [`counter_value`] for `seed`, in parallel.
+pub fn counter_values(seed: u64, n: usize, fill: Fill) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            for (j, x) in chunk.iter_mut().enumerate() {
+                *x = counter_value(seed, (c * CHUNK + j) as u64, fill);
+            }
+        });
+    out
+}
+
+/// The seed of input `tensor` of a trial's `seed`.
+pub fn tensor_seed(seed: u64, tensor: usize) -> u64 {
+    seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(tensor as u64 + 1)
+}
+
+/// Element `i` of a counter-based stream: splitmix64 of the seed and the index, as an
+/// approximately normal value (the sum of four 16-bit uniforms, centred and scaled to unit
+/// variance: Irwin-Hall, |x| < 3.47 standard deviations) or a uniform one. Integer sums and
+/// one rounding, so the worker's GPU copy (`gate_kernels.cu: evo_fill`) gives the same bits.
+pub fn counter_value(seed: u64, i: u64, fill: Fill) -> f32 {
+    fn mix(mut x: u64) -> u64 {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+    let h = mix(seed ^ mix(i));
+    match fill {
+        Fill::Normal(sd) => {
+            let s = (h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48);
+            (s as f32 - 131070.0) * (1.0 / 37837.23) * sd
+        }
+        Fill::Uniform(lo, hi) => lo + (hi - lo) * ((h >> 40) as f32 * (1.0 / 16777216.0)),
+    }
 }
 
 /// Standard normal samples, scaled.

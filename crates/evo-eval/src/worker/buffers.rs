@@ -34,6 +34,15 @@ impl Guarded {
         self.len
     }
 
+    /// The whole allocation (guards included) and the payload's offset in it.
+    pub fn buffer(&self) -> &DeviceBuffer {
+        &self.buffer
+    }
+
+    pub fn offset(&self) -> usize {
+        self.guard
+    }
+
     pub fn upload(&self, gpu: &Gpu, data: &[u8]) -> Result<(), CudaError> {
         assert_eq!(data.len(), self.len, "payload of another size");
         gpu.upload_at(&self.buffer, self.guard, data)

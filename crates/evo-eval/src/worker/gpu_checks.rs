@@ -4,7 +4,7 @@
 //! Jobs are packed on the host in the C layout of the structs in `gate_kernels.cu`.
 
 use evo_core::LaunchDims;
-use evo_gpu::runtime::{CudaError, Function, Gpu, KernelArg, Module};
+use evo_gpu::runtime::{CudaError, DeviceBuffer, Function, Gpu, KernelArg, Module};
 use evo_kernels::harness::{ElemType, Fill, Tolerance};
 
 use crate::protocol::ErrorStats;
@@ -65,6 +65,24 @@ pub(crate) struct GateKernels {
     absmax: Function,
     compare: Function,
     differ: Function,
+    /// Device buffers for job tables and results, kept between calls (an allocation and
+    /// its free, which synchronises the device, on every check cost more than the check).
+    tables: std::cell::RefCell<Option<DeviceBuffer>>,
+    results: std::cell::RefCell<Option<DeviceBuffer>>,
+}
+
+/// `slot`'s buffer, grown to at least `bytes`.
+fn grown<'a>(
+    gpu: &Gpu,
+    slot: &'a std::cell::RefCell<Option<DeviceBuffer>>,
+    bytes: usize,
+) -> Result<std::cell::RefMut<'a, Option<DeviceBuffer>>, CudaError> {
+    let mut b = slot.borrow_mut();
+    if b.as_ref().is_none_or(|d| d.bytes() < bytes) {
+        *b = None;
+        *b = Some(gpu.alloc(bytes.max(4096))?);
+    }
+    Ok(b)
 }
 
 const THREADS: u32 = 256;
@@ -89,6 +107,8 @@ impl GateKernels {
             compare: module.function("evo_compare")?,
             differ: module.function("evo_differ")?,
             _module: module,
+            tables: Default::default(),
+            results: Default::default(),
         })
     }
 
@@ -105,8 +125,9 @@ impl GateKernels {
         if jobs == 0 {
             return Ok(());
         }
-        let table = gpu.alloc(packed.len())?;
-        gpu.upload(&table, packed)?;
+        let table = grown(gpu, &self.tables, packed.len())?;
+        let table = table.as_ref().expect("grown");
+        gpu.upload_at(table, 0, packed)?;
         gpu.launch(f, &dims(jobs, max_n), &[KernelArg::Ptr(table.ptr())])?;
         gpu.synchronize()
     }
@@ -133,7 +154,8 @@ impl GateKernels {
     /// Every job's error statistics, by the rule of `compare::compare`.
     pub fn compare(&self, gpu: &Gpu, jobs: &[CompareJob]) -> Result<Vec<ErrorStats>, CudaError> {
         const STATS: usize = 48;
-        let stats = gpu.alloc(jobs.len().max(1) * STATS)?;
+        let stats = grown(gpu, &self.results, jobs.len().max(1) * STATS)?;
+        let stats = stats.as_ref().expect("grown");
         let mut init = Vec::with_capacity(jobs.len() * STATS);
         for _ in jobs {
             init.extend(0u64.to_le_bytes());
@@ -142,7 +164,7 @@ impl GateKernels {
             init.extend([0u8; 24]);
         }
         if !jobs.is_empty() {
-            gpu.upload(&stats, &init)?;
+            gpu.upload_at(stats, 0, &init)?;
         }
         let mut packed = Vec::with_capacity(jobs.len() * 56);
         for (i, j) in jobs.iter().enumerate() {
@@ -163,7 +185,7 @@ impl GateKernels {
         let raw = if jobs.is_empty() {
             Vec::new()
         } else {
-            gpu.download(&stats)?
+            gpu.download_at(stats, 0, jobs.len() * STATS)?
         };
         Ok(raw
             .chunks(STATS)
@@ -198,14 +220,15 @@ impl GateKernels {
     }
 
     pub fn differ(&self, gpu: &Gpu, jobs: &[DifferJob]) -> Result<Vec<Difference>, CudaError> {
-        let out = gpu.alloc(jobs.len().max(1) * 16)?;
+        let out = grown(gpu, &self.results, jobs.len().max(1) * 16)?;
+        let out = out.as_ref().expect("grown");
         let mut init = Vec::with_capacity(jobs.len() * 16);
         for _ in jobs {
             init.extend(0u64.to_le_bytes());
             init.extend(u64::MAX.to_le_bytes());
         }
         if !jobs.is_empty() {
-            gpu.upload(&out, &init)?;
+            gpu.upload_at(out, 0, &init)?;
         }
         let mut packed = Vec::with_capacity(jobs.len() * 40);
         for (i, j) in jobs.iter().enumerate() {
@@ -220,7 +243,7 @@ impl GateKernels {
         let raw = if jobs.is_empty() {
             Vec::new()
         } else {
-            gpu.download(&out)?
+            gpu.download_at(out, 0, jobs.len() * 16)?
         };
         Ok(raw
             .chunks(16)
@@ -233,29 +256,11 @@ impl GateKernels {
     }
 }
 
-/// The host copy of `evo_fill`'s generator (splitmix64 of seed and index, Irwin-Hall
-/// normal or uniform), bit for bit: what the GPU writes for element `i`, before rounding
-/// to the element type.
-pub fn fill_value(seed: u64, i: u64, fill: Fill) -> f32 {
-    fn mix(mut x: u64) -> u64 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-    let h = mix(seed ^ mix(i));
-    match fill {
-        Fill::Normal(sd) => {
-            let s = (h & 0xffff) + ((h >> 16) & 0xffff) + ((h >> 32) & 0xffff) + (h >> 48);
-            (s as f32 - 131070.0) * (1.0 / 37837.23) * sd
-        }
-        Fill::Uniform(lo, hi) => lo + (hi - lo) * ((h >> 40) as f32 * (1.0 / 16777216.0)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use evo_kernels::harness::counter_value as fill_value;
 
     /// The generator's values are what its name says: unit variance, centred, bounded;
     /// uniform within its range; different per seed and index.

@@ -27,7 +27,6 @@ use evo_kernels::harness::{ArgSlot, Call, ReferenceKernel};
 use evo_kernels::Problem;
 
 pub use buffers::{bind_args, tensor_map_spec, CallPointers};
-pub use gpu_checks::fill_value;
 pub use timed::measure;
 
 use crate::protocol::{Job, JobResult, KernelReport, Request, Response, ShapeJob};

@@ -9,11 +9,13 @@ use evo_kernels::Problem;
 use sha2::{Digest, Sha256};
 
 use super::buffers::CallBuffers;
+use super::gpu_checks::DifferJob;
 use super::{argument_lists, describe, launch_sequence, Stop, Worker};
 use crate::compare;
 use crate::protocol::{
     CheckFailure, CorrectnessPlan, Job, Prefill, ShapeJob, ShapeResult, TrialReport,
 };
+use evo_gpu::runtime::DeviceBuffer;
 use evo_gpu::runtime::{Function, KernelArg};
 
 /// One trial: what inputs, which call, what the output holds before the launch.
@@ -122,55 +124,66 @@ impl Worker {
         Ok(buffers.output.download(&self.gpu)?)
     }
 
-    /// The first input whose buffer (elements and padding) differs from what was uploaded.
+    /// The first input whose buffer (elements and padding) differs from its pristine copy
+    /// (compared on the GPU).
     fn changed_input(
-        &self,
-        buffers: &CallBuffers,
-        uploaded: &[HostTensor],
-    ) -> Result<Option<CheckFailure>, Stop> {
-        let _t = self.stages.timer("inputs_unchanged");
-        for (i, (b, h)) in buffers.inputs.iter().zip(uploaded).enumerate() {
-            if b.download(&self.gpu)? != h.bytes {
-                return Ok(Some(CheckFailure::InputModified {
-                    input: buffers.names[i].clone(),
-                }));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The float32 reference of a call on inputs laid out as `laid` (logical order).
-    fn reference_values(
         &mut self,
-        problem: &dyn Problem,
-        vars: &Vars,
-        call: &Call,
-        laid: &[HostTensor],
-        what: &str,
-    ) -> Result<Vec<f32>, Stop> {
-        let reference = self.reference(problem, vars, call)?;
-        self.reference_on(&reference, laid, problem.output(vars).len, what)
+        buffers: &CallBuffers,
+        pristine: &[DeviceBuffer],
+    ) -> Result<Option<CheckFailure>, Stop> {
+        let since = std::time::Instant::now();
+        self.gate_kernels()?;
+        let jobs: Vec<DifferJob> = buffers
+            .inputs
+            .iter()
+            .zip(pristine)
+            .map(|(b, p)| DifferJob {
+                a: b.ptr(),
+                b: p.ptr(),
+                n: b.len() as u64,
+                pattern: None,
+            })
+            .collect();
+        let gate = self.gate.as_ref().expect("loaded above");
+        let diffs = gate.differ(&self.gpu, &jobs)?;
+        self.stages.add("inputs_unchanged", since);
+        Ok(diffs
+            .iter()
+            .position(|d| d.count > 0)
+            .map(|i| CheckFailure::InputModified {
+                input: buffers.names[i].clone(),
+            }))
     }
 
-    fn reference_on(
+    /// Device copies of the candidate's just-uploaded inputs, made before it runs: what
+    /// the reference reads and what the inputs must still equal afterwards.
+    fn pristine_copies(&self, buffers: &CallBuffers) -> Result<Vec<DeviceBuffer>, Stop> {
+        let _t = self.stages.timer("upload");
+        let copies = buffers
+            .inputs
+            .iter()
+            .map(|b| {
+                let c = self.gpu.alloc(b.len())?;
+                self.gpu.copy_at(&c, 0, b.buffer(), b.offset(), b.len())?;
+                Ok(c)
+            })
+            .collect::<Result<Vec<_>, evo_gpu::runtime::CudaError>>()?;
+        self.gpu.synchronize()?;
+        Ok(copies)
+    }
+
+    /// The float32 output of a reference kernel on inputs already on the GPU at `inputs`;
+    /// refuses a non-finite reference.
+    fn reference_at(
         &mut self,
         reference: &evo_kernels::harness::ReferenceKernel,
-        inputs: &[HostTensor],
+        inputs: &[u64],
         out_len: usize,
         what: &str,
     ) -> Result<Vec<f32>, Stop> {
         let _t = self.stages.timer("reference");
-        let buffers = inputs
-            .iter()
-            .map(|h| {
-                let b = self.gpu.alloc(h.bytes.len())?;
-                self.gpu.upload(&b, &h.bytes)?;
-                Ok(b)
-            })
-            .collect::<Result<Vec<_>, evo_gpu::runtime::CudaError>>()?;
         let out = self.gpu.alloc(out_len * 4)?;
-        let ptrs: Vec<u64> = buffers.iter().map(|b| b.ptr()).collect();
-        self.launch_reference(reference, &ptrs, out.ptr())?;
+        self.launch_reference(reference, inputs, out.ptr())?;
         self.gpu.synchronize()?;
         let values: Vec<f32> = self
             .gpu
@@ -184,6 +197,29 @@ impl Worker {
             )));
         }
         Ok(values)
+    }
+
+    /// The float32 reference on host tensors (uploaded for it).
+    fn reference_on(
+        &mut self,
+        reference: &evo_kernels::harness::ReferenceKernel,
+        inputs: &[HostTensor],
+        out_len: usize,
+        what: &str,
+    ) -> Result<Vec<f32>, Stop> {
+        let buffers = {
+            let _t = self.stages.timer("upload");
+            inputs
+                .iter()
+                .map(|h| {
+                    let b = self.gpu.alloc(h.bytes.len())?;
+                    self.gpu.upload(&b, &h.bytes)?;
+                    Ok(b)
+                })
+                .collect::<Result<Vec<_>, evo_gpu::runtime::CudaError>>()?
+        };
+        let ptrs: Vec<u64> = buffers.iter().map(|b| b.ptr()).collect();
+        self.reference_at(reference, &ptrs, out_len, what)
     }
 
     pub(super) fn check_shape(
@@ -238,8 +274,6 @@ impl Worker {
                     .map(|(h, l)| l.scatter(h, &h.elem.nan_bytes()))
                     .collect()
             };
-            let ref_values = self.reference_values(problem, vars, call, &laid, &what)?;
-
             let cand = {
                 let _t = self.stages.timer("alloc");
                 call_buffers(self, problem, vars, call, shape, plan.guard_bytes)?
@@ -250,6 +284,15 @@ impl Worker {
                     b.upload(&self.gpu, &h.bytes)?;
                 }
             }
+            drop(laid);
+            let pristine = self.pristine_copies(&cand)?;
+            let reference = self.reference(problem, vars, call)?;
+            let ref_values = self.reference_at(
+                &reference,
+                &pristine.iter().map(DeviceBuffer::ptr).collect::<Vec<_>>(),
+                out_spec.len,
+                &what,
+            )?;
             let lists = argument_lists(problem, shape, call, functions.len())?;
             let args = cand.kernel_args(&lists).map_err(Stop::Setup)?;
             let out_layout = call.output();
@@ -273,7 +316,7 @@ impl Worker {
                 });
             }
             if failure.is_none() {
-                failure = self.changed_input(&cand, &laid)?;
+                failure = self.changed_input(&cand, &pristine)?;
             }
             if failure.is_none() {
                 failure = compare::verdict(&stats, &tol);
@@ -319,7 +362,7 @@ impl Worker {
                     failure = cand.check_guards(&self.gpu)?;
                 }
                 if failure.is_none() {
-                    failure = self.changed_input(&cand, &laid)?;
+                    failure = self.changed_input(&cand, &pristine)?;
                 }
             }
             let failed = failure.clone();
