@@ -6,30 +6,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use evo_core::{Gate, ShapeMeasurement, Status};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "evo-landscape-1";
 
-/// One shape's measurement of one genome.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ShapePoint {
-    /// Canonical shape key (`K=V,...`).
-    pub shape: String,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub tflops: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
-}
-
-/// The recorded outcome of one genome.
+/// The recorded outcome of one genome: its status and each shape's measurement (the
+/// record the database keeps, written without the timing samples).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Point {
-    pub status: String,
-    pub gate: Option<String>,
+    pub status: Status,
+    pub gate: Option<Gate>,
     pub detail: String,
-    pub shapes: Vec<ShapePoint>,
+    pub shapes: Vec<ShapeMeasurement>,
     /// Wall time the real evaluation took, in ms.
     pub eval_ms: Option<f64>,
 }
@@ -108,17 +97,15 @@ mod tests {
         l.points.insert(
             "A=1".into(),
             Point {
-                status: "evaluated".into(),
+                status: Status::Evaluated,
                 gate: None,
                 detail: String::new(),
-                shapes: vec![ShapePoint {
-                    shape: "M=1".into(),
+                shapes: vec![ShapeMeasurement {
+                    shape: evo_core::Genome::parse("M=1").unwrap().as_vars().clone(),
                     median_us: Some(3.5),
-                    p20_us: None,
-                    p80_us: None,
-                    tflops: None,
                     max_abs_err: Some(1e-3),
                     rel_l2: Some(1e-4),
+                    ..Default::default()
                 }],
                 eval_ms: Some(900.0),
             },

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
-use evo_core::{Genome, Target};
+use evo_core::{Gate, Genome, Status, Target};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::{Family, Specializations};
 use evo_store::{Candidate, CandidateId, Run, Store};
@@ -246,7 +246,7 @@ pub async fn candidate_row(
                     (Some(b), Some(t)) if t > 0.0 => Some(b / t),
                     _ => None,
                 },
-                shape: m.shape,
+                shape: m.shape.clone(),
                 median_us: m.median_us,
                 p20_us: m.p20_us,
                 p80_us: m.p80_us,
@@ -267,9 +267,8 @@ pub async fn candidate_row(
         parents: c.parents.clone(),
         status: c
             .status
-            .clone()
-            .unwrap_or_else(|| evo_store::PENDING.into()),
-        gate: c.gate.clone(),
+            .map_or_else(|| evo_store::PENDING.into(), |s| s.name().into()),
+        gate: c.gate.map(|g| g.name().into()),
         detail: c.detail.clone(),
         fitness: c.fitness,
         genome: c.genome.clone(),
@@ -527,10 +526,8 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<Exi
 /// `--templates`, the config's folder, or ./templates).
 pub fn load_run(templates: Option<&Path>, run: &Run) -> Result<Loaded> {
     let path = run
-        .search_state
-        .as_ref()
-        .and_then(|s| s.get("config_path"))
-        .and_then(|p| p.as_str())
+        .state()?
+        .and_then(|s| s.config_path)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
     let config = SearchConfig::parse(&path, &run.config_toml)
@@ -919,8 +916,7 @@ pub fn lineage(db: &str, id: &str, run: Option<&str>, json: bool) -> Result<Exit
                     origin: x.origin.name().into(),
                     status: x
                         .status
-                        .clone()
-                        .unwrap_or_else(|| evo_store::PENDING.into()),
+                        .map_or_else(|| evo_store::PENDING.into(), |s| s.name().into()),
                     fitness: x.fitness,
                     genome: x.genome.clone(),
                     parent_ids: x
@@ -1134,8 +1130,8 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
 /// Candidates that stopped with one status, and the most common reasons.
 #[derive(Clone, Debug, Serialize)]
 pub struct StatusCount {
-    pub status: String,
-    pub gate: Option<String>,
+    pub status: Status,
+    pub gate: Option<Gate>,
     pub count: u64,
     /// First line of the detail (up to 160 characters) → how many.
     pub reasons: Vec<(String, u64)>,
@@ -1170,16 +1166,21 @@ pub struct RunStats {
 }
 
 /// Order of the gates, and the statuses that stop a candidate at each.
-pub const FUNNEL: [(&str, &[&str]); 6] = [
+pub const FUNNEL: [(&str, &[Status]); 6] = [
     ("proposed", &[]),
-    ("rendered", &["render_failed"]),
-    ("compiled", &["compile_failed"]),
-    ("passed static", &["rejected_static"]),
+    ("rendered", &[Status::RenderFailed]),
+    ("compiled", &[Status::CompileFailed]),
+    ("passed static", &[Status::RejectedStatic]),
     (
         "correct and timed",
-        &["launch_failed", "crashed", "timed_out", "incorrect"],
+        &[
+            Status::LaunchFailed,
+            Status::Crashed,
+            Status::TimedOut,
+            Status::Incorrect,
+        ],
     ),
-    ("not regressed", &["regressed"]),
+    ("not regressed", &[Status::Regressed]),
 ];
 
 fn parse_time(t: &str) -> Option<time::OffsetDateTime> {
@@ -1193,10 +1194,10 @@ pub fn seconds_between(a: &str, b: &str) -> Option<f64> {
 
 pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
     let cands = store.candidates(run.id).await?;
-    let mut groups: BTreeMap<(String, Option<String>), BTreeMap<String, u64>> = BTreeMap::new();
+    let mut groups: BTreeMap<(Status, Option<Gate>), BTreeMap<String, u64>> = BTreeMap::new();
     let mut pending = 0u64;
     for c in &cands {
-        let Some(status) = c.status.clone() else {
+        let Some(status) = c.status else {
             pending += 1;
             continue;
         };
@@ -1211,7 +1212,7 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
             .take(160)
             .collect();
         *groups
-            .entry((status, c.gate.clone()))
+            .entry((status, c.gate))
             .or_default()
             .entry(reason)
             .or_default() += 1;
@@ -1229,18 +1230,12 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
             }
         })
         .collect();
-    let order = |s: &str| {
-        evo_store::STATUS_NAMES
-            .iter()
-            .position(|n| *n == s)
-            .unwrap_or(usize::MAX)
-    };
-    by_status.sort_by_key(|s| (order(&s.status), s.gate.clone()));
+    by_status.sort_by_key(|s| (s.status, s.gate.map(Gate::name)));
     let done: u64 = by_status.iter().map(|s| s.count).sum();
-    let count_of = |names: &[&str]| -> u64 {
+    let count_of = |stopped: &[Status]| -> u64 {
         by_status
             .iter()
-            .filter(|s| names.contains(&s.status.as_str()))
+            .filter(|s| stopped.contains(&s.status))
             .map(|s| s.count)
             .sum()
     };
@@ -1262,8 +1257,11 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
         (Some(a), Some(b)) => seconds_between(a, b).map(|s| s / 3600.0),
         _ => None,
     };
-    let state = generations.last().map(|g| &g.state);
-    let state_f = |k: &str| state.and_then(|s| s.get(k)).and_then(|v| v.as_f64());
+    let state = generations
+        .last()
+        .map(|g| g.search_state())
+        .transpose()?
+        .unwrap_or_default();
     Ok(RunStats {
         run: run.name.clone(),
         evaluator: run.evaluator.clone(),
@@ -1273,13 +1271,13 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
         generations: generations.len() as u64,
         best_fitness: cands
             .iter()
-            .filter(|c| c.status.as_deref() == Some(evo_store::EVALUATED))
+            .filter(|c| c.status == Some(Status::Evaluated))
             .filter_map(|c| c.fitness)
             .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.max(f)))),
         evaluations_per_hour: wall_hours.filter(|h| *h > 0.0).map(|h| done as f64 / h),
         wall_hours,
-        last_invocation_evaluations_per_hour: state_f("evaluations_per_hour"),
-        gpu_busy_fraction: state_f("gpu_busy_fraction"),
+        last_invocation_evaluations_per_hour: state.evaluations_per_hour,
+        gpu_busy_fraction: state.gpu_busy_fraction,
         evaluation_hours: cands.iter().filter_map(|c| c.eval_ms).sum::<f64>() / 3.6e6,
         by_status,
     })
@@ -1312,8 +1310,8 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
                 why.push(format!("... {} more distinct reasons", g.reasons.len() - 3));
             }
             t.add_row(vec![
-                g.status.clone(),
-                g.gate.clone().unwrap_or_else(|| "-".into()),
+                g.status.to_string(),
+                g.gate.map_or_else(|| "-".into(), |g| g.to_string()),
                 g.count.to_string(),
                 format!("{:.1}%", 100.0 * g.count as f64 / done),
                 why.join("\n"),

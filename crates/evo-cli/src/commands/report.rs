@@ -794,8 +794,8 @@ fn render_html(
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
-            esc(&s.status),
-            esc(s.gate.as_deref().unwrap_or("-")),
+            esc(s.status.name()),
+            esc(s.gate.map_or("-", |g| g.name())),
             s.count,
             esc(s.reasons.first().map_or("", |r| r.0.as_str()))
         );

@@ -19,10 +19,11 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
+use evo_core::Status;
 use evo_core::{Genome, Space, Target, Value, Vars};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::{Family, Problem, Specializations};
-use evo_store::{Candidate, CandidateId, Run, Store, FITNESS_STATUSES};
+use evo_store::{Candidate, CandidateId, Run, Store};
 
 use manifest::{
     Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, Provenance, ShapeRecord, Variant,
@@ -85,16 +86,16 @@ async fn resolve(store: &Store, what: &str, db: &str) -> Result<(Run, Option<Can
 
 /// Why a candidate cannot be exported, or `None` when it can.
 fn unexportable(c: &Candidate) -> Option<String> {
-    match c.status.as_deref() {
+    match c.status {
         None => Some(format!(
             "candidate {} has not been evaluated yet (pending); resume the search or pick an evaluated one (`evo elites`)",
             c.id
         )),
-        Some(s) if FITNESS_STATUSES.contains(&s) => None,
+        Some(s) if s.has_fitness() => None,
         Some(s) => Some(format!(
             "candidate {} is `{s}`{}{}: only candidates that passed every gate (evaluated, or regressed: correct but slower than the baseline) can be exported",
             c.id,
-            c.gate.as_deref().map(|g| format!(" at the {g} gate")).unwrap_or_default(),
+            c.gate.map(|g| format!(" at the {g} gate")).unwrap_or_default(),
             c.detail
                 .as_deref()
                 .filter(|d| !d.is_empty())
@@ -115,10 +116,8 @@ struct Loaded {
 
 fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
     let config_path = run
-        .search_state
-        .as_ref()
-        .and_then(|s| s.get("config_path"))
-        .and_then(|p| p.as_str())
+        .state()?
+        .and_then(|s| s.config_path)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
     let config = SearchConfig::parse(&config_path, &run.config_toml)
@@ -272,7 +271,7 @@ fn build_variant(
     let vars = l.space.vars(&genome, spec_index)?;
     let probe = measurements
         .iter()
-        .map(|m| &m.shape_vars)
+        .map(|m| &m.measured.shape)
         .find(|s| spec_of(problem, s) == *spec)
         .ok_or_else(|| {
             anyhow!(
@@ -287,15 +286,15 @@ fn build_variant(
         .map_err(|e| anyhow!("family {}: {e}", l.family.name))?;
     let mut shapes = Vec::new();
     for m in measurements {
-        if spec_of(problem, &m.shape_vars) != *spec {
+        if spec_of(problem, &m.measured.shape) != *spec {
             continue;
         }
         let dims = l
             .family
-            .launch_dims(&vars, &m.shape_vars)
+            .launch_dims(&vars, &m.measured.shape)
             .with_context(|| format!("launch rule on {}", m.shape))?;
         shapes.push(ShapeRecord {
-            shape: m.shape_vars.clone(),
+            shape: m.measured.shape.clone(),
             timed: m.median_us.is_some(),
             launches: dims.into_iter().map(|(_, d)| d).collect(),
             median_us: m.median_us,
@@ -321,7 +320,10 @@ fn build_variant(
         candidate_id: candidate.id.0,
         genome: genome.canonical(),
         genome_hash: genome.hash().0,
-        status: candidate.status.clone().unwrap_or_default(),
+        status: candidate
+            .status
+            .map(|s| s.name().to_string())
+            .unwrap_or_default(),
         fitness: candidate.fitness,
         specialization: spec.clone(),
         launches: texts.launches,
@@ -542,7 +544,7 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
                 // Evaluated beats regressed; then the highest fitness, then the oldest.
                 let rank = |c: &Candidate| {
                     (
-                        c.status.as_deref() == Some("evaluated"),
+                        c.status == Some(Status::Evaluated),
                         c.fitness.unwrap_or(f64::MIN),
                     )
                 };
@@ -555,7 +557,7 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
             }
         };
         let c = &timed[best].0;
-        if c.status.as_deref() == Some("regressed") {
+        if c.status == Some(Status::Regressed) {
             notes.push(format!(
                 "candidate {} is the fittest, but `regressed`: correct, and slower than the run's baseline on some shapes (fitness {:.3})",
                 c.id,

@@ -220,32 +220,11 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
             gpu_ms: 0.0,
         };
     };
-    let status = Status::parse(&p.status).unwrap_or(Status::LaunchFailed);
-    let gate = p
-        .gate
-        .as_deref()
-        .and_then(|g| serde_json::from_value(serde_json::Value::String(g.to_string())).ok());
     GenomeResult {
-        status,
-        gate,
+        status: p.status,
+        gate: p.gate,
         detail: format!("replay: {}", p.detail),
-        shapes: p
-            .shapes
-            .iter()
-            .map(|s| NewMeasurement {
-                shape: Genome::parse(&s.shape)
-                    .map(|g| g.as_vars().clone())
-                    .unwrap_or_default(),
-                median_us: s.median_us,
-                p20_us: s.p20_us,
-                p80_us: s.p80_us,
-                samples: vec![],
-                tflops: s.tflops,
-                peak_fraction: None,
-                max_abs_err: s.max_abs_err,
-                rel_l2: s.rel_l2,
-            })
-            .collect(),
+        shapes: p.shapes.clone(),
         resources: serde_json::json!({"replayed": true}),
         source_key: None,
         eval_ms: started.elapsed().as_secs_f64() * 1e3,

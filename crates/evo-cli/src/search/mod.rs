@@ -36,10 +36,9 @@ use evo_eval::Status;
 use evo_gpu::{CompileCache, Compiler};
 use evo_search::{History, Insights, Outcome, SearchParams, StrategyKind};
 use evo_store::{
-    Advance, CandidateResult, GenerationRow, NewCandidate, NewMeasurement, NewRun, Origin, RunId,
-    RunStatus, Store,
+    Advance, CandidateResult, EliteEntry, GenerationRow, GpuBusy, HostStats, NewCandidate,
+    NewMeasurement, NewRun, Origin, RunId, RunSettings, RunStatus, SearchState, Store,
 };
-use serde_json::json;
 
 use backend::{Backend, GenomeResult, GpuBackend};
 use budget::Budget;
@@ -82,19 +81,6 @@ struct Tally {
     lost: u64,
 }
 
-/// Run-wide settings every host obeys (stored in `runs.settings`).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-struct RunSettings {
-    /// Hosts whose GPU differs from the first host's may join.
-    allow_mixed_devices: bool,
-    /// Lease of a claimed candidate, ms (a host's heartbeat extends it).
-    lease_ms: u64,
-    /// The run ends after this many generations.
-    max_generations: Option<u32>,
-    /// The run ends after this many generations without improvement (0: never).
-    patience: u32,
-}
-
 /// Default lease: long enough for any evaluation's heartbeat gap, short enough that a
 /// dead host's genomes come back soon.
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -130,17 +116,11 @@ macro_rules! db {
     }};
 }
 
+/// The config's strategy parameters, with `--seed` in place of the config's seed.
 pub(crate) fn params(cfg: &SearchConfig, seed: Option<u64>) -> SearchParams {
-    let s = &cfg.search;
     SearchParams {
-        population: s.population,
-        elites: s.elites,
-        mutation_share: s.mutation_share,
-        crossover_share: s.crossover_share,
-        exploration_share: s.exploration_share,
-        max_knob_moves: s.max_knob_moves,
-        insight_weight: s.insight_weight,
-        seed: seed.unwrap_or(s.seed),
+        seed: seed.unwrap_or(cfg.search.params.seed),
+        ..cfg.search.params.clone()
     }
 }
 
@@ -156,9 +136,9 @@ fn origin(o: evo_search::Origin) -> Origin {
 
 /// The search outcome of a stored candidate.
 fn outcome(c: &evo_store::Candidate) -> Outcome {
-    match (c.status.as_deref(), c.fitness) {
+    match (c.status, c.fitness) {
         (None, _) => Outcome::Pending,
-        (Some("evaluated" | "regressed"), Some(f)) => Outcome::Evaluated { fitness: f },
+        (Some(s), Some(f)) if s.has_fitness() => Outcome::Evaluated { fitness: f },
         _ => Outcome::Failed,
     }
 }
@@ -210,10 +190,8 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             let run =
                 run.ok_or_else(|| anyhow!("no run `{name}` in {}", evo_store::redact_url(&o.db)))?;
             let path = run
-                .search_state
-                .as_ref()
-                .and_then(|s| s.get("config_path"))
-                .and_then(|p| p.as_str())
+                .state()?
+                .and_then(|s| s.config_path)
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
             if let Some(given) = &o.config {
@@ -410,16 +388,16 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             .await?
     };
     // Run-wide settings: set by the run's first host, changed only by --resume.
-    let mut settings = existing
-        .as_ref()
-        .and_then(|r| r.settings.clone())
-        .and_then(|s| serde_json::from_value::<RunSettings>(s).ok())
-        .unwrap_or(RunSettings {
-            allow_mixed_devices: o.allow_mixed_gpus,
-            lease_ms: DEFAULT_LEASE.as_millis() as u64,
-            max_generations: None,
-            patience: config.search.patience,
-        });
+    let stored_settings = match &existing {
+        Some(r) => r.run_settings()?,
+        None => None,
+    };
+    let mut settings = stored_settings.unwrap_or(RunSettings {
+        allow_mixed_devices: o.allow_mixed_gpus,
+        lease_ms: DEFAULT_LEASE.as_millis() as u64,
+        max_generations: None,
+        patience: config.search.patience,
+    });
     if o.join.is_none() {
         if let Some(l) = o.lease {
             settings.lease_ms = l.as_millis().max(1) as u64;
@@ -434,7 +412,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             settings.allow_mixed_devices = o.allow_mixed_gpus;
         }
         store
-            .set_run_settings(run_id, &serde_json::to_value(&settings)?)
+            .set_run_settings(run_id, &evo_store::to_stored_json(&settings))
             .await?;
     } else if matches!(o.budget, Some(Budget::Generations(_))) {
         bail!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
@@ -510,11 +488,12 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
     let started = Instant::now();
     let mut tally = Tally::default();
     let configured_shapes: Vec<Vars> = specs.shapes.iter().map(|(_, v)| v.clone()).collect();
-    let state_base = json!({
-        "config_path": config.path.display().to_string(),
-        "strategy": kind.name(),
-        "params": params,
-    });
+    let state_base = SearchState {
+        config_path: Some(config.path.display().to_string()),
+        strategy: kind.name().into(),
+        params: params.clone(),
+        ..SearchState::default()
+    };
 
     // The baseline: per-shape times every fitness is relative to.
     let mut baselines: BTreeMap<String, f64> = store
@@ -730,7 +709,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 .collect();
             let (status, fitness) = score(r.status, &baseline_times, &times, &config.search);
             let mut row = result_row(&r, fitness);
-            row.status = status.name().into();
+            row.status = status;
             match db!(
                 tally,
                 store
@@ -802,35 +781,37 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
         let mut finish: Option<&'static str> = None;
         let (completed, next) = if proposed {
             let insights = Insights::compute(&space, &history, params.elites);
-            let elites: Vec<serde_json::Value> = history
+            let elites: Vec<EliteEntry> = history
                 .elites(params.elites)
                 .iter()
-                .map(|r| json!({"genome": r.genome.canonical(), "hash": r.hash.0, "fitness": r.fitness()}))
+                .map(|r| EliteEntry {
+                    genome: r.genome.canonical(),
+                    hash: r.hash.0.clone(),
+                    fitness: r.fitness(),
+                })
                 .collect();
             let best = history.best().and_then(|r| r.fitness());
             let previous_best = latest.as_ref().and_then(|g| g.best_fitness);
             let stale = if best > previous_best {
                 0
             } else {
-                latest
-                    .as_ref()
-                    .and_then(|g| g.state.get("stale_generations"))
-                    .and_then(|v| v.as_u64())
-                    .unwrap_or(0)
-                    + 1
+                let previous = match &latest {
+                    Some(g) => g.search_state()?.stale_generations,
+                    None => None,
+                };
+                previous.unwrap_or(0) + 1
             };
             let wall_ms = started.elapsed().as_secs_f64() * 1e3;
-            state["generation"] = json!(current);
-            state["stale_generations"] = json!(stale);
-            state["advanced_by"] = json!(me.id);
-            state["evaluated_this_invocation"] = json!(tally.evaluated);
-            state["gpu_busy_fraction"] = json!(if gpus.is_empty() {
+            state.generation = Some(current);
+            state.stale_generations = Some(stale);
+            state.advanced_by = Some(me.id.clone());
+            state.evaluated_this_invocation = Some(tally.evaluated);
+            state.gpu_busy_fraction = Some(if gpus.is_empty() {
                 0.0
             } else {
                 tally.gpu_ms / (wall_ms * gpus.len() as f64)
             });
-            state["evaluations_per_hour"] =
-                json!(tally.evaluated as f64 / (wall_ms / 3.6e6).max(1e-9));
+            state.evaluations_per_hour = Some(tally.evaluated as f64 / (wall_ms / 3.6e6).max(1e-9));
             if settings.max_generations.is_some_and(|n| current + 1 >= n) {
                 finish = Some("generation budget spent");
             } else if settings.patience > 0 && stale >= u64::from(settings.patience) {
@@ -839,9 +820,9 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             let row = GenerationRow {
                 run_id,
                 generation: current,
-                elites: json!(elites),
+                elites: evo_store::to_stored_json(&elites),
                 insights: serde_json::to_value(&insights)?,
-                state: state.clone(),
+                state: evo_store::to_stored_json(&state),
                 best_fitness: best,
                 evaluated: history.evaluated().count() as u64,
             };
@@ -851,7 +832,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                 finish = Some("generation budget spent");
             }
             // The newest completed generation, if any.
-            state["generation"] = json!(current.checked_sub(1));
+            state.generation = current.checked_sub(1);
             (None, current)
         };
         let proposals = match finish {
@@ -878,7 +859,7 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
                         completed: completed.as_ref(),
                         next_generation: next,
                         proposals: &rows,
-                        search_state: &state,
+                        search_state: &evo_store::to_stored_json(&state),
                         finish: finish.is_some(),
                     },
                 )
@@ -922,12 +903,15 @@ async fn run_async(o: Options) -> Result<std::process::ExitCode> {
             &me.id,
             tally.evaluated,
             db_ms,
-            &json!({
-                "wall_s": wall,
-                "advanced": tally.advanced,
-                "lost_leases": tally.lost,
-                "gpu_busy": gpu_busy.iter().map(|(g, f)| json!({"gpu": g, "busy": f})).collect::<Vec<_>>(),
-                "reason": finished_reason,
+            &evo_store::to_stored_json(&HostStats {
+                wall_s: wall,
+                advanced: tally.advanced,
+                lost_leases: tally.lost,
+                gpu_busy: gpu_busy
+                    .iter()
+                    .map(|(g, f)| GpuBusy { gpu: *g, busy: *f })
+                    .collect(),
+                reason: finished_reason.into(),
             }),
         )
         .await?;
@@ -1097,12 +1081,9 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process:
         let baseline_times: Vec<f64> = needed.iter().map(|(_, t)| *t).collect();
         let mut updates = Vec::new();
         for c in store.candidates(r.id).await? {
-            let Some(status) = c.status.as_deref().and_then(Status::parse) else {
+            let Some(status) = c.status.filter(|s| s.has_fitness()) else {
                 continue;
             };
-            if status != Status::Evaluated && status != Status::Regressed {
-                continue;
-            }
             let ms = store.measurements(c.id).await?;
             let times: Vec<f64> = needed
                 .iter()
@@ -1114,7 +1095,7 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process:
                 })
                 .collect();
             let (status, fitness) = score(status, &baseline_times, &times, &config.search);
-            updates.push((c.id, status.name().to_string(), fitness));
+            updates.push((c.id, status, fitness));
         }
         store.rebase(r.id, &rows, &updates).await?;
         for (key, t) in &needed {
@@ -1122,7 +1103,7 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process:
         }
         let best = updates
             .iter()
-            .filter(|u| u.1 == "evaluated")
+            .filter(|u| u.1 == Status::Evaluated)
             .filter_map(|u| u.2)
             .fold(None::<f64>, |b, f| Some(b.map_or(f, |b| b.max(f))));
         println!(
@@ -1130,7 +1111,7 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process:
             r.name,
             imported.source,
             updates.len(),
-            updates.iter().filter(|u| u.1 == "regressed").count(),
+            updates.iter().filter(|u| u.1 == Status::Regressed).count(),
             best.map_or(String::new(), |b| format!("; best fitness {b:.4}"))
         );
         Ok(std::process::ExitCode::SUCCESS)
@@ -1139,13 +1120,8 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<std::process:
 
 fn result_row(r: &GenomeResult, fitness: Option<f64>) -> CandidateResult {
     CandidateResult {
-        status: r.status.name().into(),
-        gate: r.gate.map(|g| {
-            serde_json::to_value(g)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        }),
+        status: r.status,
+        gate: r.gate,
         detail: Some(r.detail.clone()),
         resources: Some(r.resources.clone()),
         fitness,
