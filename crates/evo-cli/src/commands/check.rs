@@ -9,9 +9,8 @@ use evo_core::config::{
 };
 use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::Status;
-use evo_gpu::{CompileCache, Compiler};
+use evo_gpu::Compiler;
 use evo_kernels::handwritten;
 use serde::Serialize;
 
@@ -112,28 +111,19 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         Target::arch_for_capability(device.compute_capability.0, device.compute_capability.1);
     let mut target = Target::from_arch(&arch)?;
     target.max_smem_per_block = device.max_smem_per_block_optin;
-    let compiler = Compiler::new(
-        &arch,
-        &compile.options,
-        compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
-    let workers = gpus
-        .iter()
-        .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
-        .collect::<std::io::Result<Vec<_>>>()?;
     let timing_plan = (timing.enabled && !args.no_timing).then(|| timing.clone());
-    let evaluator = Arc::new(Evaluator {
+    let evaluator = Arc::new(Evaluator::on_gpus(
         problem,
-        compiler,
-        pool: Pool::new(workers, timeouts),
-        gates: GateSettings {
+        Compiler::for_config(&arch, &compile)?,
+        &gpus,
+        timeouts,
+        GateSettings {
             target,
             static_rules,
             correctness,
             timing: timing_plan,
         },
-    });
+    )?);
 
     // Candidates from the files.
     let mut jobs = Vec::new();

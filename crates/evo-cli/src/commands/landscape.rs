@@ -139,8 +139,13 @@ pub fn quality(
     for kind in [StrategyKind::Evolution, StrategyKind::Random] {
         let mut needed: Vec<usize> = Vec::new();
         for seed in 0..seeds {
-            let strategy =
-                evo_search::build(kind, crate::search::params(&loaded.config, Some(seed)));
+            let strategy = evo_search::build(
+                kind,
+                evo_search::SearchParams {
+                    seed,
+                    ..loaded.config.search.params.clone()
+                },
+            );
             let trace = simulate_until(
                 strategy.as_ref(),
                 &loaded.space,

@@ -9,6 +9,7 @@ mod landscape;
 mod profile;
 mod render;
 mod report;
+mod search;
 mod selftest;
 mod space;
 
@@ -72,7 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             evaluator,
             gpus,
             no_progress,
-        } => crate::search::run(crate::search::Options {
+        } => search::run(search::Options {
             config: config.clone(),
             run: run.clone(),
             resume: resume.clone(),
@@ -96,7 +97,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             evaluator,
             gpus,
             no_progress,
-        } => crate::search::run(crate::search::Options {
+        } => search::run(search::Options {
             config: None,
             run: None,
             resume: None,
@@ -168,7 +169,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => landscape::quality(templates, target, file, *seeds, *within, cli.json),
         Command::Baseline {
             action: crate::cli::BaselineAction::Import { file, run, db },
-        } => crate::search::import_baseline(file, run, db),
+        } => search::import_baseline(file, run, db),
         Command::Eval {
             target,
             genome,

@@ -14,15 +14,15 @@ pub mod manifest;
 pub mod verify;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
-use evo_core::config::SearchConfig;
 use evo_core::Status;
-use evo_core::{Genome, Space, Target, Value, Vars};
+use evo_core::{Genome, Value, Vars};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
-use evo_kernels::{Family, Problem, Specializations};
+use evo_kernels::Problem;
+use evo_run::Context as Loaded;
 use evo_store::{Candidate, CandidateId, Run, Store};
 
 use manifest::{
@@ -106,41 +106,14 @@ fn unexportable(c: &Candidate) -> Option<String> {
 }
 
 /// The run's config, family, target, specializations and space, as the search had them.
-struct Loaded {
-    config: SearchConfig,
-    family: Family,
-    target: Target,
-    specs: Specializations,
-    space: Space,
-}
-
 fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
-    let config_path = run
-        .state()?
-        .and_then(|s| s.config_path)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
-    let config = SearchConfig::parse(&config_path, &run.config_toml)
-        .with_context(|| format!("the config stored with run `{}`", run.name))?;
-    let root = crate::setup::templates_root(templates, &config)?;
-    let family = Family::load(&root, &config.problem, &config.family)?;
-    let arch = run.arch.clone().ok_or_else(|| {
-        anyhow!(
+    if run.arch.is_none() {
+        bail!(
             "run `{}` recorded no architecture; cannot recompile it",
             run.name
-        )
-    })?;
-    let target = Target::from_arch(&arch)?;
-    let specs = Specializations::new(family.problem, target.clone(), &config.shapes)
-        .map_err(|e| anyhow!("the config of run `{}`: {e}", run.name))?;
-    let space = family.space(specs.contexts())?;
-    Ok(Loaded {
-        config,
-        family,
-        target,
-        specs,
-        space,
-    })
+        );
+    }
+    Ok(Loaded::of_run(run, templates)?)
 }
 
 /// A short name for a specialization, e.g. `f16_hd64` or `bf16_hd128_causal`: string
@@ -499,7 +472,7 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     }
 
     let compiler = Compiler::new(
-        &l.target.arch,
+        &l.target.target.arch,
         &l.config.compile.options,
         l.config.compile.max_registers,
         Some(CompileCache::new(CompileCache::default_dir())),

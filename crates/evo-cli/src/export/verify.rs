@@ -17,7 +17,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::Status;
 use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
 use evo_kernels::{resolve_launch_args, resolve_scratch};
@@ -325,21 +324,18 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
         m.compile.max_registers,
         Some(CompileCache::new(CompileCache::default_dir())),
     )?;
-    let workers = gpus
-        .iter()
-        .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let evaluator = Evaluator {
+    let evaluator = Evaluator::on_gpus(
         problem,
         compiler,
-        pool: Pool::new(workers, config.timeouts.clone()),
-        gates: GateSettings {
+        &gpus,
+        config.timeouts.clone(),
+        GateSettings {
             target,
             static_rules: config.static_rules.clone(),
             correctness: config.correctness.clone(),
             timing: config.timing.enabled.then(|| config.timing.clone()),
         },
-    };
+    )?;
     let evaluator = Arc::new(evaluator);
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1,4 +1,4 @@
-//! `--budget`: how long a search invocation may run.
+//! When a run stops: `--budget` (time, evaluations, generations) and `--lease`.
 
 use std::time::Duration;
 
