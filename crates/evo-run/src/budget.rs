@@ -12,6 +12,16 @@ pub enum Budget {
     Generations(u32),
 }
 
+impl Budget {
+    /// The run's generation budget, when this is one.
+    pub fn generations(self) -> Option<u32> {
+        match self {
+            Budget::Generations(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 /// A duration written like a time budget: `90s`, `30m`, `8h` (for `--lease`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match s.parse::<Budget>() {

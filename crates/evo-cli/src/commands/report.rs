@@ -154,6 +154,21 @@ fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 const FONT: &str = "sans-serif";
 
+/// The series legend every chart draws, at `position`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(plot_err)
+}
+
 /// A message in place of a chart without data.
 fn empty_chart(size: (u32, u32), title: &str, message: &str) -> Result<String> {
     svg(size, |root| {
@@ -258,15 +273,7 @@ fn fitness_chart(
                     PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4).stroke_width(1))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_err)?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -498,15 +505,7 @@ fn shapes_chart(elites: &[CandidateRow], labels: &[(String, String)]) -> Result<
             .map_err(plot_err)?
             .label("baseline = 1")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_err)?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 

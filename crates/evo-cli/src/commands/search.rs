@@ -3,33 +3,13 @@
 //! the summary. Ctrl-C is handled here, once: the first asks the run to stop and save,
 //! the second aborts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use evo_run::{Budget, HostOptions, Run, RunRequest, RunTarget, Stop, WorkReport};
+use evo_run::{Budget, HostOptions, Run, RunRequest, Stop, WorkReport};
 use evo_store::Store;
-
-/// What `evo search` or `evo join` was asked to do.
-pub struct Options {
-    pub config: Option<PathBuf>,
-    pub run: Option<String>,
-    pub resume: Option<String>,
-    /// `evo join RUN`: work on a run another host started.
-    pub join: Option<String>,
-    pub lease: Option<Duration>,
-    pub allow_mixed_gpus: bool,
-    pub db: String,
-    pub budget: Option<Budget>,
-    pub patience: Option<u32>,
-    pub seed: Option<u64>,
-    pub strategy: Option<String>,
-    pub evaluator: Option<String>,
-    pub gpus: String,
-    pub templates: Option<PathBuf>,
-    pub progress: bool,
-}
 
 /// The spinner: counters as its message, generation lines above it, notes on stderr.
 struct Bar(indicatif::ProgressBar);
@@ -67,39 +47,6 @@ impl evo_run::Progress for Bar {
     }
 }
 
-fn request(o: &Options) -> Result<RunRequest> {
-    let target = match (&o.join, &o.resume) {
-        (Some(name), _) => RunTarget::Join { name: name.clone() },
-        (None, Some(name)) => RunTarget::Resume {
-            name: name.clone(),
-            config: o.config.clone(),
-        },
-        (None, None) => RunTarget::New {
-            config: o
-                .config
-                .clone()
-                .ok_or_else(|| anyhow::anyhow!("give a config with -c (or --resume RUN)"))?,
-            name: o.run.clone(),
-        },
-    };
-    Ok(RunRequest {
-        target,
-        db: o.db.clone(),
-        lease: o.lease,
-        allow_mixed_gpus: o.allow_mixed_gpus,
-        max_generations: match o.budget {
-            Some(Budget::Generations(n)) => Some(n),
-            _ => None,
-        },
-        patience: o.patience,
-        seed: o.seed,
-        strategy: o.strategy.clone(),
-        evaluator: o.evaluator.clone(),
-        gpus: o.gpus.clone(),
-        templates: o.templates.clone(),
-    })
-}
-
 /// The first Ctrl-C stops the run (evaluations on a GPU finish and are saved); the
 /// second exits at once.
 fn on_ctrl_c(stop: Stop) {
@@ -114,29 +61,28 @@ fn on_ctrl_c(stop: Stop) {
     });
 }
 
-pub fn run(o: Options) -> Result<ExitCode> {
+/// Opens the run of `request` and works on it until it ends, `budget` is spent or
+/// Ctrl-C; prints the summary. `progress`: draw the spinner (on a terminal).
+pub fn run(request: RunRequest, budget: Option<Budget>, progress: bool) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
-        let store = Store::open(&o.db)
+        let db = request.db.clone();
+        let store = Store::open(&db)
             .await
-            .with_context(|| format!("opening the population database {}", o.db))?;
+            .with_context(|| format!("opening the population database {db}"))?;
         let bar = Bar(indicatif::ProgressBar::new_spinner());
-        if !o.progress {
+        if !progress {
             bar.0
                 .set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let run = Run::open(store, request(&o)?, &bar).await?;
+        let run = Run::open(store, request, &bar).await?;
         crate::set_run_log(&run.log_path());
         let stop = Stop::default();
         on_ctrl_c(stop.clone());
         bar.0.enable_steady_tick(Duration::from_millis(250));
-        let host = HostOptions {
-            budget: o.budget,
-            stop,
-        };
-        let report = run.work(host, &bar).await?;
+        let report = run.work(HostOptions { budget, stop }, &bar).await?;
         bar.0.finish_and_clear();
-        print_summary(&report, &o.db);
+        print_summary(&report, &db);
         Ok(ExitCode::SUCCESS)
     })
 }
