@@ -1,7 +1,7 @@
 //! The planted-fault kernels (tests/planted/gemm) are well-formed: headers parse into
 //! a launch rule and a known status, and every file compiles with NVRTC, so the GPU run
 //! of the suite tests the gates and not typos. The GPU run itself is
-//! scripts/gpu/evaluator.sh.
+//! bench/gpu/evaluator.sh.
 
 use std::path::PathBuf;
 

@@ -559,7 +559,7 @@ fn search_quality_on_the_exhaustive_h200_landscape() {
             "-c",
             "configs/sdpa_landscape.toml",
             "--landscape",
-            "tests/data/landscape_sdpa64_h200.json",
+            "tests/data/landscape_sdpa64_h200.json.gz",
             "--seeds",
             "20",
         ])
