@@ -37,6 +37,7 @@ struct Resolved {
 struct Evaluating {
     replay: Option<PathBuf>,
     target: Target,
+    target_reason: String,
     /// The GPU model and the driver's CUDA version.
     device: Option<(String, i32)>,
     gpus: Vec<u32>,
@@ -54,7 +55,7 @@ impl Run {
             family,
             TargetChoice {
                 target: ev.target.clone(),
-                reason: "the evaluator's".into(),
+                reason: ev.target_reason.clone(),
             },
         )?);
         // A resumed run keeps its own seed and strategy (flags cannot change them).
@@ -199,6 +200,7 @@ fn evaluating(
         return Ok(Evaluating {
             replay,
             target: Target::from_arch(&arch)?,
+            target_reason: "the config's (the replay evaluator runs no kernel)".into(),
             device: None,
             gpus: Vec::new(),
         });
@@ -210,6 +212,7 @@ fn evaluating(
     let d = &info.devices[gpus[0] as usize];
     Ok(Evaluating {
         target: gpu_target(&info, gpus[0])?,
+        target_reason: format!("the architecture of GPU {}, {}", gpus[0], d.name),
         device: Some((d.name.clone(), info.cuda_version)),
         replay,
         gpus,
