@@ -1,6 +1,15 @@
 #pragma once
-// Small device helpers shared by the attention families (sdpa_fwd_mma, sdpa_fwd_fp8_mma): -inf,
-// a flush-to-zero exp2 for the online softmax, and a value the optimizer cannot see through.
+// The online softmax of the attention families (sdpa_fwd_mma, sdpa_fwd_wgmma, sdpa_fwd_fp8_mma,
+// sdpa_fwd_fp8_wgmma; FlashAttention-2's running maximum and sum, in the log2 domain) and its
+// small helpers: -inf, a flush-to-zero exp2, a value the optimizer cannot see through.
+//
+// Fragments: the scores S of one KV tile and the output O live in MMA accumulator fragments. A
+// thread holds two rows of its warp's 16-row slice (h = 0, 1: rows g and g + 8, g = lane / 4) and
+// per 8-column block j two columns (e = 0, 1: columns 8 j + 2 t + e, t = lane % 4): float
+// r = 2 h + e of block j. That is mma.sync m16n8's C fragment (one block per n8 tile) and, block
+// after block, wgmma's accumulator (common/wgmma.cuh: d[4 j + r]). The four lanes of a quad hold
+// the other columns of the same rows. A family passes a fragment as `at(j, r)`, a callable
+// returning float&, so that one code serves its own array shapes (fully unrolled, no copies).
 
 namespace evo {
 
@@ -19,5 +28,161 @@ __device__ __forceinline__ int opaque(int x) {
     asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
     return y;
 }
+
+// Row h of a fragment of NB column blocks times f[h] (O rescaled by alpha).
+template <int NB, class At>
+__device__ __forceinline__ void scale_rows(At&& at, const float (&f)[2]) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) at(j, r) *= f[r >> 1];
+    }
+}
+
+// The scale of the scores in the exponent: x = s * c, c = softmax_scale * log2(e) (log2 domain),
+// any finite softmax_scale. The maximum of x is c * (c < 0 ? min s : max s), so a tile's maximum
+// is taken on the raw scores (one FMNMX each) and the exponent is one FFMA, 2^(s * c - m). A
+// masked score is set to `hide` (-inf, or +inf for c < 0), which neither maximum nor minimum
+// picks and which c maps to -inf. |c| is kept at least FLT_MIN so that c * hide is -inf (not
+// NaN) for softmax_scale = 0: the exponents then differ from 0 by at most |s| * 1.2e-38.
+struct LogitScale {
+    float c;
+    float hide;
+    bool neg;
+
+    __device__ __forceinline__ static LogitScale of(float softmax_scale) {
+        return of_log2(softmax_scale * 1.4426950408889634f);
+    }
+    // From c itself (e.g. with FP8 descales folded in).
+    __device__ __forceinline__ static LogitScale of_log2(float c) {
+        LogitScale sc;
+        // The sign from the comparison, not from c's sign bit: -0 counts as positive, so that
+        // hide (-inf) times c (+FLT_MIN) is -inf.
+        sc.neg = c < 0.f;
+        const float mag = fmaxf(fabsf(c), 1.17549435e-38f);
+        sc.c = sc.neg ? -mag : mag;
+        sc.hide = sc.neg ? -neg_inf() : neg_inf();
+        return sc;
+    }
+};
+
+// The online softmax state of a thread's two rows over a KV sequence walked tile by tile.
+// Per tile of NB column blocks (`step`): the scores s (visible(h, j, e) false: masked, e.g. a key
+// past seq_kv or, causal, after the row) give x = s * c (LogitScale), the running maximum m grows
+// to max(m, max x), and s is overwritten in place with p = 2^(x - m). alpha[h] = 2^(m_old - m_new)
+// rescales what was accumulated with the old maximum (O, and the running sum here). A row with no
+// visible key so far keeps m = -inf; its exponents are then taken against 0, so no (-inf) - (-inf)
+// = NaN appears and its p and alpha are 0.
+// LAZY_LOG2 > 0 (FlashAttention-4's conditional rescaling): m is the maximum actually used, and
+// it only moves when a tile's maximum exceeds it by more than LAZY_LOG2; otherwise alpha is
+// exactly 1 and p = 2^(x - m) stays at most 2^LAZY_LOG2. The result is the same (O and the sum
+// use the same m); a warp whose rows all kept m can skip rescaling O (step returns whether any
+// of this thread's rows moved). Not for P rounded to FP8 as 448 p (needs p <= 1).
+template <int NB, int LAZY_LOG2 = 0>
+struct OnlineSoftmax {
+    float row_max[2];  // running maximum of x (LAZY_LOG2: the one used), -inf before any visible key
+    float row_sum[2];  // this thread's share of the running sum (quad-reduced by finish)
+
+    __device__ __forceinline__ void init() {
+        row_max[0] = row_max[1] = neg_inf();
+        row_sum[0] = row_sum[1] = 0.f;
+    }
+
+    // One tile (above); returns whether a row's maximum moved. MASK false: no key of the tile is
+    // masked for these rows (visible is not called; the unmasked tiles of the main loop). SUM: the
+    // tile's p are added to the running sum; otherwise the caller adds the weights P V really uses
+    // (e.g. P rounded to FP8) with add_weights.
+    template <bool MASK, bool SUM, class At, class Visible>
+    __device__ __forceinline__ bool step(At&& at, const LogitScale& sc, Visible&& visible, float (&alpha)[2]) {
+        if constexpr (MASK) {
+#pragma unroll
+            for (int j = 0; j < NB; ++j) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    if (!visible(r >> 1, j, r & 1)) at(j, r) = sc.hide;
+                }
+            }
+        }
+        // The tile's maximum of x over the quad: of the raw scores, then scaled once.
+        float tile_max[2];
+        if (sc.neg) {
+            reduce_quad([](float a, float b) { return fminf(a, b); }, at, tile_max);
+        } else {
+            reduce_quad([](float a, float b) { return fmaxf(a, b); }, at, tile_max);
+        }
+        float ref[2];
+        bool moved = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float m_tile = tile_max[h] * sc.c;
+            if constexpr (LAZY_LOG2 > 0) {
+                const bool up = m_tile > row_max[h] + float(LAZY_LOG2);
+                const float m_new = up ? m_tile : row_max[h];
+                ref[h] = m_new == neg_inf() ? 0.f : m_new;
+                alpha[h] = up ? fast_exp2(row_max[h] - ref[h]) : 1.f;
+                row_max[h] = m_new;
+                moved = moved || up;
+            } else {
+                const float m_new = fmaxf(row_max[h], m_tile);
+                ref[h] = m_new == neg_inf() ? 0.f : m_new;
+                alpha[h] = fast_exp2(row_max[h] - ref[h]);
+                row_max[h] = m_new;
+                moved = true;
+            }
+        }
+        float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float p = fast_exp2(fmaf(at(j, r), sc.c, -ref[r >> 1]));
+                at(j, r) = p;
+                if constexpr (SUM) tile_sum[r >> 1] += p;
+            }
+        }
+        if constexpr (SUM) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h];
+        }
+        return moved;
+    }
+
+    // op (fmaxf or fminf) over this thread's columns of each row, then over the quad.
+    template <class Op, class At>
+    __device__ __forceinline__ static void reduce_quad(Op op, At& at, float (&out)[2]) {
+        out[0] = at(0, 0);
+        out[1] = at(0, 2);
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                if (j > 0 || (r & 1)) out[r >> 1] = op(out[r >> 1], at(j, r));
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            out[h] = op(out[h], __shfl_xor_sync(0xffffffffu, out[h], 1));
+            out[h] = op(out[h], __shfl_xor_sync(0xffffffffu, out[h], 2));
+        }
+    }
+
+    // After step<false>: the running sums rescaled by the tile's alpha plus the weights w[h] of
+    // this thread's columns of the tile.
+    __device__ __forceinline__ void add_weights(const float (&alpha)[2], const float (&w)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + w[h];
+    }
+
+    // After the last tile: row_sum becomes the row's complete sum (over the quad), and
+    // inv[h] = numer / sum, 0 for a row that saw no visible key.
+    __device__ __forceinline__ void finish(float (&inv)[2], float numer = 1.f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+            inv[h] = row_sum[h] > 0.f ? numer / row_sum[h] : 0.f;
+        }
+    }
+};
 
 }  // namespace evo

@@ -412,6 +412,15 @@ pub struct CheckArgs {
     /// Correctness only.
     #[arg(long)]
     pub no_timing: bool,
+    /// Skip the sanitizer gate (compute-sanitizer memcheck, racecheck and synccheck on a
+    /// small shape), which runs by default on every kernel that passes the other gates
+    /// when compute-sanitizer is installed.
+    #[arg(long)]
+    pub no_sanitize: bool,
+    /// Compile target without a GPU (default: the config's `[compile] arch`, else sm_90a);
+    /// with a GPU its own architecture is used.
+    #[arg(long)]
+    pub arch: Option<String>,
     #[command(flatten)]
     pub gpus: GpuArgs,
 }

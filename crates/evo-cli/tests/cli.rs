@@ -300,12 +300,46 @@ fn gpu_commands_without_a_gpu_exit_3() {
         ])
         .assert()
         .code(3)
-        .stderr(contains("needs a GPU"));
+        .stdout(contains("correctness  needs a GPU"))
+        .stderr(contains(
+            "passed compile, static and ABI checks for sm_90a; correctness, timing and the sanitizers need a GPU",
+        ));
     evo(tmp.path())
         .args(["selftest"])
         .assert()
         .code(3)
         .stderr(contains("needs a GPU"));
+}
+
+/// The gates that need no GPU run without one: a kernel whose parameters disagree with
+/// the problem's ABI is `rejected_static` (exit 1, no GPU needed), naming what differs.
+#[test]
+fn check_rejects_a_wrong_abi_without_a_gpu() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(root().join("tests/planted/gemm/j_correct.cu"))
+        .unwrap()
+        .replace(
+            "int lda, int ldb, int ldc",
+            "long long lda, int ldb, int ldc",
+        );
+    let file = tmp.path().join("wrong_abi.cu");
+    std::fs::write(&file, source).unwrap();
+    let out = evo(tmp.path())
+        .args(["check", file.to_str().unwrap(), "--problem", "gemm"])
+        .args(["--shape", "M=64,N=64,K=64", "--json", "--no-sanitize"])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let v = json(&out);
+    assert_eq!(v[0]["verdict"]["status"], "rejected_static", "{v}");
+    assert_eq!(v[0]["decided"], true);
+    let detail = v[0]["verdict"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("does not match the kernel's parameters") && detail.contains("gemm"),
+        "{detail}"
+    );
 }
 
 #[test]

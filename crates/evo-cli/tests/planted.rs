@@ -114,7 +114,7 @@ fn every_problem_reference_compiles() {
             }
             shape.insert("DTYPE".into(), dtype.into());
             let r = p
-                .reference(&shape)
+                .reference(&shape, &p.default_call(&shape))
                 .unwrap_or_else(|| panic!("{} has no reference", p.name()));
             let out = compiler
                 .compile(&CompileRequest {

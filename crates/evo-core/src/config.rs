@@ -94,7 +94,9 @@ pub struct CorrectnessConfig {
     pub repeat_check: bool,
     /// Also check the problem's edge shapes (ragged lengths, length 1, ...).
     pub edge_shapes: bool,
-    /// Bytes of guard region before and after the output.
+    /// Bytes of guard region before and after every buffer of a call (inputs, output,
+    /// scratch): a stray write this far from a buffer is caught (farther ones fault, or are
+    /// memcheck's to find).
     pub guard_bytes: usize,
     /// Per-dtype overrides of the problem's error bounds, e.g. `[correctness.tolerance.f16]`;
     /// the key `end_to_end` overrides the end-to-end bound of problems with encoded inputs
@@ -109,7 +111,7 @@ impl Default for CorrectnessConfig {
             adversarial: true,
             repeat_check: true,
             edge_shapes: true,
-            guard_bytes: 4096,
+            guard_bytes: 256 << 10,
             tolerance: BTreeMap::new(),
         }
     }

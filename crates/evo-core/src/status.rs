@@ -16,16 +16,20 @@ pub enum Gate {
     Static,
     Correctness,
     Timing,
+    /// compute-sanitizer (memcheck, racecheck, synccheck) on a small shape, before a
+    /// variant is reported best or exported, and in `evo check`.
+    Sanitizer,
     Profile,
 }
 
 impl Gate {
-    pub const ALL: [Gate; 6] = [
+    pub const ALL: [Gate; 7] = [
         Gate::Render,
         Gate::Compile,
         Gate::Static,
         Gate::Correctness,
         Gate::Timing,
+        Gate::Sanitizer,
         Gate::Profile,
     ];
 
@@ -37,6 +41,7 @@ impl Gate {
             Gate::Static => "static",
             Gate::Correctness => "correctness",
             Gate::Timing => "timing",
+            Gate::Sanitizer => "sanitizer",
             Gate::Profile => "profile",
         }
     }
@@ -106,7 +111,7 @@ impl Status {
             Gate::Render => Some(Status::RenderFailed),
             Gate::Compile => Some(Status::CompileFailed),
             Gate::Static => Some(Status::RejectedStatic),
-            Gate::Correctness => Some(Status::Incorrect),
+            Gate::Correctness | Gate::Sanitizer => Some(Status::Incorrect),
             Gate::Timing | Gate::Profile => None,
         }
     }

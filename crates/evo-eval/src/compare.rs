@@ -2,7 +2,7 @@
 //! the reference, guard and input integrity, run-to-run identity. No GPU needed, so
 //! all of it is unit-tested on the CPU.
 
-use evo_kernels::harness::{ElemType, HostTensor, Tolerance};
+use evo_kernels::harness::{HostTensor, Tolerance};
 use rayon::prelude::*;
 
 use crate::protocol::{CheckFailure, ErrorStats};
@@ -10,41 +10,18 @@ use crate::protocol::{CheckFailure, ErrorStats};
 /// Byte written into the guard regions around an output.
 pub const GUARD_BYTE: u8 = 0xA5;
 
-/// The bytes an output buffer starts with: `guard` guard bytes, `len` NaNs of `elem`,
-/// `guard` guard bytes.
-pub fn poisoned_output(elem: ElemType, len: usize, guard: usize) -> Vec<u8> {
-    let nan = elem.nan_bytes();
-    let mut out = Vec::with_capacity(2 * guard + len * nan.len());
-    out.resize(guard, GUARD_BYTE);
-    for _ in 0..len {
-        out.extend_from_slice(&nan);
-    }
-    out.resize(out.len() + guard, GUARD_BYTE);
-    out
-}
-
-/// Whether the guard regions of a downloaded output buffer are intact.
-pub fn check_guards(buffer: &[u8], guard: usize) -> Option<CheckFailure> {
-    let (before, rest) = buffer.split_at(guard);
-    let after = &rest[rest.len() - guard..];
-    if let Some(i) = before.iter().position(|b| *b != GUARD_BYTE) {
-        return Some(CheckFailure::Guard {
-            before: true,
-            offset: i,
-        });
-    }
-    after
-        .iter()
-        .position(|b| *b != GUARD_BYTE)
-        .map(|i| CheckFailure::Guard {
-            before: false,
-            offset: i,
-        })
-}
-
-/// The output part of a downloaded buffer.
-pub fn output_part(buffer: &[u8], guard: usize) -> &[u8] {
-    &buffer[guard..buffer.len() - guard]
+/// The first changed byte of the guard regions `before` and `after` a buffer named
+/// `buffer` (each as downloaded), if any.
+pub fn check_guards(buffer: &str, before: &[u8], after: &[u8]) -> Option<CheckFailure> {
+    let changed = |region: &[u8]| region.iter().position(|b| *b != GUARD_BYTE);
+    let at = |before: bool, offset: usize| CheckFailure::Guard {
+        buffer: buffer.to_string(),
+        before,
+        offset,
+    };
+    changed(before)
+        .map(|i| at(true, i))
+        .or_else(|| changed(after).map(|i| at(false, i)))
 }
 
 /// Compares an output with the float32 reference. Runs on all cores over fixed chunks
@@ -155,6 +132,7 @@ pub fn differences(a: &[u8], b: &[u8], elem_size: usize) -> Option<(u64, usize)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use evo_kernels::harness::ElemType;
 
     const TOL: Tolerance = Tolerance {
         rtol: 4e-3,
@@ -168,32 +146,23 @@ mod tests {
     }
 
     #[test]
-    fn poison_and_guards() {
-        let buf = poisoned_output(ElemType::F16, 3, 8);
-        assert_eq!(buf.len(), 8 + 6 + 8);
-        assert_eq!(check_guards(&buf, 8), None);
-        let out = HostTensor {
-            elem: ElemType::F16,
-            bytes: output_part(&buf, 8).to_vec(),
-        };
-        assert!(out.to_f64().iter().all(|x| x.is_nan()));
-        let mut hit = buf.clone();
-        hit[8 + 6 + 1] = 0;
+    fn guards_name_the_buffer_and_the_byte() {
+        let clean = vec![GUARD_BYTE; 8];
+        assert_eq!(check_guards("o", &clean, &clean), None);
+        let mut hit = clean.clone();
+        hit[1] = 0;
         assert_eq!(
-            check_guards(&hit, 8),
+            check_guards("o", &clean, &hit),
             Some(CheckFailure::Guard {
+                buffer: "o".into(),
                 before: false,
                 offset: 1
             })
         );
-        let mut hit = buf.clone();
-        hit[7] = 0;
+        let e = check_guards("k", &hit, &clean).unwrap();
         assert_eq!(
-            check_guards(&hit, 8),
-            Some(CheckFailure::Guard {
-                before: true,
-                offset: 7
-            })
+            e.to_string(),
+            "write outside `k`: the guard region before it changed at byte 1"
         );
     }
 

@@ -25,6 +25,8 @@ pub struct Candidate {
     /// Kernel symbols in launch order.
     pub kernels: Vec<String>,
     pub shapes: Vec<CandidateShape>,
+    /// Tensors the variant needs contiguous (a family's `contiguous`).
+    pub contiguous: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -123,10 +125,7 @@ fn last_lines(text: &str, n: usize) -> String {
 impl Evaluator {
     /// NVRTC (blocking; call it from a blocking thread in async code).
     pub fn compile(&self, c: &Candidate) -> Result<Compiled, NvrtcError> {
-        self.compiler.compile(&CompileRequest {
-            name: format!("{}.cu", c.label.replace(['/', ' '], "_")),
-            source: c.source.clone(),
-        })
+        compile(&self.compiler, c)
     }
 
     /// Error bounds per dtype after config overrides.
@@ -156,8 +155,7 @@ impl Evaluator {
     /// CPU work that takes a few hundred ms: callers that hold a GPU slot run it before
     /// taking the slot and pass it to [`Evaluator::evaluate_with_sass`].
     pub fn sass_of(&self, compiled: &Compiled) -> Option<BTreeMap<String, SassCounts>> {
-        let cubin = compiled.cubin.as_ref().filter(|_| compiled.success)?;
-        self.compiler.sass_counts(cubin).and_then(|r| r.ok())
+        sass_of(&self.compiler, compiled)
     }
 
     pub async fn evaluate(&self, c: Candidate, compiled: Compiled, id: u64, salt: u64) -> Verdict {
@@ -191,53 +189,18 @@ impl Evaluator {
             result: None,
             seeds: seeds.clone(),
         };
-        let Some(cubin) = compiled.cubin.clone().filter(|_| compiled.success) else {
-            v.status = Status::CompileFailed;
-            v.gate = Some(Gate::Compile);
-            v.detail = last_lines(&compiled.log, 30);
-            return v;
-        };
-        let launches: Vec<Vec<(String, LaunchDims)>> = c
-            .shapes
-            .iter()
-            .map(|s| {
-                c.kernels
-                    .iter()
-                    .cloned()
-                    .zip(s.launches.iter().copied())
-                    .collect()
-            })
-            .collect();
-        match static_gate::check(
-            &self.gates.target,
-            &self.gates.static_rules,
-            &compiled.kernels,
-            sass.as_ref(),
-            &launches,
-        ) {
-            Ok(k) => v.static_kernels = k,
-            Err(why) => {
-                v.status = Status::RejectedStatic;
-                v.gate = Some(Gate::Static);
-                v.detail = why;
+        let cubin = match static_checks(self.problem, &self.gates, &c, &compiled, sass.as_ref()) {
+            Ok((cubin, kernels)) => {
+                v.static_kernels = kernels;
+                cubin
+            }
+            Err(f) => {
+                v.status = f.status;
+                v.gate = Some(f.gate);
+                v.detail = f.detail;
                 return v;
             }
-        }
-        // Kernels with their own argument lists: each list must match its kernel's
-        // parameters (a mismatch would launch with garbage arguments).
-        if let Some(ptx) = compiled.ptx.as_deref() {
-            if c.shapes.iter().any(|s| !s.args.is_empty()) {
-                let params = static_gate::ptx_params(ptx);
-                for s in c.shapes.iter().filter(|s| !s.args.is_empty()) {
-                    if let Err(why) = static_gate::check_arguments(&params, &c.kernels, &s.args) {
-                        v.status = Status::RejectedStatic;
-                        v.gate = Some(Gate::Static);
-                        v.detail = why;
-                        return v;
-                    }
-                }
-            }
-        }
+        };
         let job = Job {
             id,
             problem: self.problem.name().to_string(),
@@ -264,6 +227,7 @@ impl Evaluator {
                 end_to_end: self.gates.correctness.tolerance.get("end_to_end").copied(),
             },
             timing: self.gates.timing.clone(),
+            contiguous: c.contiguous.clone(),
         };
         let r = self.pool.evaluate(job).await;
         v.status = r.status;
@@ -276,6 +240,105 @@ impl Evaluator {
         v.result = Some(r);
         v
     }
+}
+
+/// A candidate compiled with NVRTC (blocking), under a source name made from its label.
+pub fn compile(compiler: &Compiler, c: &Candidate) -> Result<Compiled, NvrtcError> {
+    compiler.compile(&CompileRequest {
+        name: format!("{}.cu", c.label.replace(['/', ' '], "_")),
+        source: c.source.clone(),
+    })
+}
+
+/// SASS instruction counts of a compiled candidate (cuobjdump), where it can be read.
+pub fn sass_of(compiler: &Compiler, compiled: &Compiled) -> Option<BTreeMap<String, SassCounts>> {
+    let cubin = compiled.cubin.as_ref().filter(|_| compiled.success)?;
+    compiler.sass_counts(cubin).and_then(|r| r.ok())
+}
+
+/// Why a candidate failed before any launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StaticFailure {
+    pub status: Status,
+    pub gate: Gate,
+    pub detail: String,
+}
+
+/// The gates that need no GPU, in order: the compile result, the static gate (resources,
+/// launchability, required opcodes) and the ABI — every kernel's argument list on every
+/// shape (its own, or the problem's ABI) against the kernel's `.entry` parameters in the
+/// PTX (count, sizes, floats), for families, multi-kernel variants and hand-written
+/// kernels alike. Returns the CUBIN and the static record.
+pub fn static_checks(
+    problem: &dyn Problem,
+    gates: &GateSettings,
+    c: &Candidate,
+    compiled: &Compiled,
+    sass: Option<&BTreeMap<String, SassCounts>>,
+) -> Result<(Vec<u8>, Vec<StaticKernel>), StaticFailure> {
+    let fail = |status, gate, detail: String| StaticFailure {
+        status,
+        gate,
+        detail,
+    };
+    let Some(cubin) = compiled.cubin.clone().filter(|_| compiled.success) else {
+        return Err(fail(
+            Status::CompileFailed,
+            Gate::Compile,
+            last_lines(&compiled.log, 30),
+        ));
+    };
+    let launches: Vec<Vec<(String, LaunchDims)>> = c
+        .shapes
+        .iter()
+        .map(|s| {
+            c.kernels
+                .iter()
+                .cloned()
+                .zip(s.launches.iter().copied())
+                .collect()
+        })
+        .collect();
+    let kernels = static_gate::check(
+        &gates.target,
+        &gates.static_rules,
+        &compiled.kernels,
+        sass,
+        &launches,
+    )
+    .map_err(|why| fail(Status::RejectedStatic, Gate::Static, why))?;
+    let Some(ptx) = compiled.ptx.as_deref() else {
+        return Err(fail(
+            Status::RejectedStatic,
+            Gate::Static,
+            "the compiler gave no PTX, so the kernels' parameters cannot be checked against the ABI".into(),
+        ));
+    };
+    let params = static_gate::ptx_params(ptx);
+    for s in &c.shapes {
+        let abi = problem.args(&s.vars);
+        let lists: Vec<Vec<ArgSlot>> = if s.args.is_empty() {
+            vec![abi; c.kernels.len()]
+        } else {
+            s.args
+                .iter()
+                .map(|l| evo_kernels::bind_abi(l, &abi))
+                .collect::<Result<_, _>>()
+                .map_err(|why| fail(Status::RejectedStatic, Gate::Static, why))?
+        };
+        static_gate::check_arguments(&params, &c.kernels, &lists).map_err(|why| {
+            fail(
+                Status::RejectedStatic,
+                Gate::Static,
+                format!(
+                    "{why} (problem `{}`'s ABI: {})",
+                    problem.name(),
+                    problem.abi().lines().next().unwrap_or("")
+                ),
+            )
+        })?;
+    }
+    Ok((cubin, kernels))
 }
 
 /// The candidates of one genome of a family: one per specialization, each with the
@@ -325,6 +388,7 @@ pub fn family_candidates(
             source,
             kernels: family.launches.iter().map(|l| l.kernel.clone()).collect(),
             shapes,
+            contiguous: family.contiguous.clone(),
         });
     }
     Ok(out)

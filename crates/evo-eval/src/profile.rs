@@ -1,12 +1,20 @@
-//! The profile gate (optional, for elites): Nsight Compute counters and
-//! compute-sanitizer checks of one kernel launch, run on a separate `evo run-once`
-//! process. Each tool is skipped with a reason where it is not installed.
+//! Tools run over one launch of a variant in a separate `evo run-once` process: the
+//! sanitizer gate (compute-sanitizer memcheck, racecheck and synccheck on a small shape,
+//! before a variant is reported best or exported, and in `evo check`) and the optional
+//! profile gate (Nsight Compute counters). Each tool is skipped with a reason where it is
+//! not installed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
+use evo_core::Vars;
+use evo_kernels::Problem;
 use serde::{Deserialize, Serialize};
+
+use crate::pipeline::Candidate;
+use crate::protocol::ShapeJob;
 
 /// Counters read with `ncu`: tensor pipe, DRAM throughput, occupancy, duration.
 pub const NCU_METRICS: &[&str] = &[
@@ -37,6 +45,142 @@ pub enum ToolReport {
     Failed {
         reason: String,
     },
+}
+
+/// A variant's kernels on one shape, as the evaluator launches them: what `evo run-once
+/// --plan` reads (every kernel with its own arguments, tensor maps and scratch).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    pub kernels: Vec<String>,
+    pub shape: ShapeJob,
+}
+
+/// The tools of the sanitizer gate.
+pub const SANITIZERS: [&str; 3] = ["memcheck", "racecheck", "synccheck"];
+
+/// What the sanitizer gate found for one variant.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SanitizerReport {
+    /// The shape it launched on.
+    pub shape: Vars,
+    pub tools: Vec<(String, ToolReport)>,
+    /// Wall time of the three tools together.
+    pub seconds: f64,
+}
+
+impl SanitizerReport {
+    /// The first finding (a tool reporting errors or hazards, or one that failed to run),
+    /// in words with the tool's summary; `None` when every tool came back clean.
+    pub fn finding(&self) -> Option<String> {
+        self.tools.iter().find_map(|(tool, r)| match r {
+            ToolReport::Sanitizer { errors, summary } if *errors > 0 => Some(format!(
+                "compute-sanitizer {tool} reports {errors} error(s) on {}: {}",
+                shape_text(&self.shape),
+                summary.join(" | ")
+            )),
+            ToolReport::Failed { reason } => Some(format!(
+                "compute-sanitizer {tool} could not judge the variant on {}: {reason}",
+                shape_text(&self.shape)
+            )),
+            _ => None,
+        })
+    }
+
+    /// Whether every tool was skipped (compute-sanitizer not installed).
+    pub fn skipped(&self) -> bool {
+        self.tools
+            .iter()
+            .all(|(_, r)| matches!(r, ToolReport::Skipped { .. }))
+    }
+}
+
+fn shape_text(v: &Vars) -> String {
+    evo_core::Genome::from_vars(v.clone()).canonical()
+}
+
+/// The shape the sanitizer gate launches on: the cheapest of the candidate's shapes that
+/// still spans several tiles (at least 10⁶ FLOPs: ragged edge shapes such as
+/// (1, 2, 77, 130) qualify), else the most expensive one.
+pub fn sanitizer_shape(problem: &dyn Problem, c: &Candidate) -> Option<usize> {
+    let flops = |i: usize| problem.flops(&c.shapes[i].vars);
+    let mut order: Vec<usize> = (0..c.shapes.len()).collect();
+    order.sort_by(|a, b| flops(*a).total_cmp(&flops(*b)));
+    order
+        .iter()
+        .copied()
+        .find(|&i| flops(i) >= 1e6)
+        .or_else(|| order.last().copied())
+}
+
+/// Runs the sanitizer gate: `evo run-once` (`exe`) launching the candidate once on
+/// [`sanitizer_shape`] under memcheck, racecheck and synccheck on GPU `gpu`.
+pub fn sanitize(
+    exe: &Path,
+    problem: &dyn Problem,
+    c: &Candidate,
+    gpu: u32,
+) -> Result<SanitizerReport, String> {
+    let index = sanitizer_shape(problem, c).ok_or("the variant has no shape to launch on")?;
+    let s = &c.shapes[index];
+    let dir = tempfile_dir()?;
+    let source = dir.join("variant.cu");
+    let plan = dir.join("plan.json");
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+    };
+    write(&source, &c.source)?;
+    let launch_plan = LaunchPlan {
+        kernels: c.kernels.clone(),
+        shape: ShapeJob {
+            vars: s.vars.clone(),
+            launches: s.launches.clone(),
+            timed: false,
+            args: s.args.clone(),
+            scratch: s.scratch.clone(),
+        },
+    };
+    write(
+        &plan,
+        &serde_json::to_string(&launch_plan).map_err(|e| e.to_string())?,
+    )?;
+    let command: Vec<String> = vec![
+        exe.display().to_string(),
+        "run-once".into(),
+        "--problem".into(),
+        problem.name().into(),
+        "--source".into(),
+        source.display().to_string(),
+        "--shape".into(),
+        shape_text(&s.vars),
+        "--plan".into(),
+        plan.display().to_string(),
+        "--gpu".into(),
+        gpu.to_string(),
+    ];
+    let began = Instant::now();
+    let tools = SANITIZERS
+        .iter()
+        .map(|t| (t.to_string(), sanitizer(t, &command)))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(SanitizerReport {
+        shape: s.vars.clone(),
+        tools,
+        seconds: began.elapsed().as_secs_f64(),
+    })
+}
+
+fn tempfile_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "evo-sanitize-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
 /// Finds a CUDA tool on PATH or in the CUDA installation.

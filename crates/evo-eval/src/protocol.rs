@@ -46,6 +46,11 @@ pub struct Job {
     pub correctness: CorrectnessPlan,
     /// `None`: correctness only.
     pub timing: Option<TimingPlan>,
+    /// Tensors (by the problem's names) the variant needs contiguous (a family's
+    /// `contiguous`, a hand-written kernel's `// evo-contiguous:`): the gate varies the
+    /// layout of every other tensor only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contiguous: Vec<String>,
 }
 
 /// CUBIN bytes, base64 in JSON.
@@ -191,10 +196,27 @@ impl ShapeResult {
     }
 }
 
+/// What an output buffer holds before a checked launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prefill {
+    /// NaN in every element: an element the kernel does not write stays NaN.
+    #[default]
+    Nan,
+    /// Finite values that are not the answer (as a reused buffer holds): a kernel that
+    /// skips work when its output already looks computed leaves them.
+    Finite,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TrialReport {
     pub kind: InputKind,
     pub seed: u64,
+    /// The call's layouts and scalars, in words (`contiguous tensors, scalars [0.125]`).
+    #[serde(default)]
+    pub call: String,
+    #[serde(default)]
+    pub prefill: Prefill,
     pub stats: ErrorStats,
     /// The first check this trial failed.
     pub failure: Option<CheckFailure>,
@@ -229,14 +251,28 @@ pub enum CheckFailure {
     Tolerance { count: u64, first: usize },
     /// Relative L2 error above the bound.
     RelativeL2 { value: f64, bound: f64 },
-    /// The guard region before or after the output was written.
-    Guard { before: bool, offset: usize },
+    /// A guard region around a buffer (an input, the output or scratch) was written.
+    Guard {
+        #[serde(default)]
+        buffer: String,
+        before: bool,
+        offset: usize,
+    },
+    /// A byte between the output's elements (padding of a strided layout) was written.
+    PaddingModified { tensor: String, element: usize },
     /// An input tensor changed during the launch.
     InputModified { input: String },
     /// A second launch on the same inputs gave a different output.
     Nondeterministic { differing: u64, first: usize },
     /// The output is too far from the exact answer on the original (unencoded) inputs.
     EndToEnd { failure: Box<CheckFailure> },
+    /// A timed launch's output or inputs failed a check (the timing gate verifies what
+    /// it times: every replay's inputs are fresh and its outputs checked).
+    Timed {
+        replay: u32,
+        set: u32,
+        failure: Box<CheckFailure>,
+    },
 }
 
 impl std::fmt::Display for CheckFailure {
@@ -247,10 +283,14 @@ impl std::fmt::Display for CheckFailure {
             }
             CheckFailure::Tolerance { count, first } => write!(f, "{count} elements outside tolerance, first at {first}"),
             CheckFailure::RelativeL2 { value, bound } => write!(f, "relative L2 error {value:.3e} > {bound:.1e}"),
-            CheckFailure::Guard { before, offset } => write!(
+            CheckFailure::Guard { buffer, before, offset } => write!(
                 f,
-                "write outside the output: guard region {} it changed at byte {offset}",
+                "write outside `{buffer}`: the guard region {} it changed at byte {offset}",
                 if *before { "before" } else { "after" }
+            ),
+            CheckFailure::PaddingModified { tensor, element } => write!(
+                f,
+                "write between the elements of `{tensor}`: padding slot {element} of its strided layout changed"
             ),
             CheckFailure::InputModified { input } => write!(f, "input `{input}` was modified"),
             CheckFailure::Nondeterministic { differing, first } => write!(
@@ -260,6 +300,10 @@ impl std::fmt::Display for CheckFailure {
             CheckFailure::EndToEnd { failure } => write!(
                 f,
                 "end to end, against the original inputs: {failure}"
+            ),
+            CheckFailure::Timed { replay, set, failure } => write!(
+                f,
+                "a timed launch (replay {replay}, input set {set}) did not do the checked work: {failure}"
             ),
         }
     }
@@ -280,6 +324,13 @@ pub struct TimingReport {
     pub peak_fraction: Option<f64>,
     /// Minimum bytes over median time.
     pub gb_per_s: f64,
+    /// Timed launches whose outputs and inputs were checked afterwards (one input set of
+    /// every replay, and every set of the last).
+    #[serde(default)]
+    pub verified_launches: u32,
+    /// The shortest time the device allows for this call (`timing::roofline_floor_us`).
+    #[serde(default)]
+    pub floor_us: Option<f64>,
 }
 
 #[cfg(test)]
@@ -316,6 +367,7 @@ mod tests {
                 end_to_end: None,
             },
             timing: None,
+            contiguous: vec![],
         };
         let line = serde_json::to_string(&Request::Evaluate(Box::new(job.clone()))).unwrap();
         assert!(!line.contains('\n'));

@@ -205,15 +205,23 @@ pub fn check_arguments(
         let Some(want) = params.get(kernel) else {
             return Err(format!("kernel `{kernel}` is not in the PTX"));
         };
+        if let Some(ArgSlot::Abi(j)) = list.iter().find(|a| matches!(a, ArgSlot::Abi(_))) {
+            return Err(format!(
+                "launch {} (`{kernel}`): ABI argument {j} is not bound to a call",
+                i + 1
+            ));
+        }
         let got: Vec<PtxParam> = list
             .iter()
             .map(|a| match a {
-                ArgSlot::Input(_) | ArgSlot::Output | ArgSlot::Scratch(_) | ArgSlot::I64(_) => {
-                    PtxParam {
-                        bytes: 8,
-                        float: false,
-                    }
-                }
+                ArgSlot::Input(_)
+                | ArgSlot::Output
+                | ArgSlot::Scratch(_)
+                | ArgSlot::I64(_)
+                | ArgSlot::Abi(_) => PtxParam {
+                    bytes: 8,
+                    float: false,
+                },
                 ArgSlot::I32(_) => PtxParam {
                     bytes: 4,
                     float: false,

@@ -61,6 +61,45 @@ pub fn dense_peak_tflops(cc: (u32, u32), sms: u32, clock_mhz: u32, elem: ElemTyp
     Some(sms as f64 * per_clock * clock as f64 * 1e6 / 1e12)
 }
 
+/// Dense tensor-core operations per clock per multiprocessor, where known.
+fn tensor_ops_per_clock(cc: (u32, u32), elem: ElemType) -> Option<f64> {
+    match (cc, elem) {
+        ((9, 0), ElemType::F16 | ElemType::Bf16) => Some(4096.0),
+        ((9, 0), ElemType::E4m3) => Some(8192.0),
+        ((8, 0), ElemType::F16 | ElemType::Bf16) => Some(2048.0),
+        _ => None,
+    }
+}
+
+/// Headroom on the driver's memory bandwidth before a time counts as impossible: the
+/// driver's clock is nominal, and up to an L2's worth of a replay's writes may still sit in
+/// the cache when its end event fires.
+pub const MEMORY_HEADROOM: f64 = 1.25;
+
+/// The shortest time (µs) a call could take on `device`: its FLOPs at the dense tensor
+/// peak of `elem` at the maximum clock, or its minimum bytes at the memory bandwidth
+/// ceiling (with [`MEMORY_HEADROOM`]), whichever is larger; `None` when the device reports
+/// neither. A measured time below it is not a measurement of the work (the timing gate
+/// rejects it).
+pub fn roofline_floor_us(
+    flops: f64,
+    min_bytes: f64,
+    device: &evo_gpu::device::DeviceInfo,
+    elem: ElemType,
+) -> Option<f64> {
+    let compute = tensor_ops_per_clock(device.compute_capability, elem).map(|per_clock| {
+        let peak = device.multiprocessors as f64 * per_clock * device.clock_mhz as f64 * 1e6;
+        flops / peak * 1e6
+    });
+    let memory = device
+        .peak_memory_gb_per_s()
+        .map(|gb| min_bytes / (gb * 1e9 * MEMORY_HEADROOM) * 1e6);
+    match (compute, memory) {
+        (None, None) => None,
+        (c, m) => Some(c.unwrap_or(0.0).max(m.unwrap_or(0.0))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +143,67 @@ mod tests {
         assert_eq!(input_sets(200 << 20, 50 << 20, &p), 1);
         // Tiny sets hit the cap.
         assert_eq!(input_sets(1024, 50 << 20, &p), 64);
+    }
+
+    fn h100() -> evo_gpu::device::DeviceInfo {
+        evo_gpu::device::DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            memory_bytes: 80 << 30,
+            l2_bytes: 50 << 20,
+            max_smem_per_block_optin: 232448,
+            clock_mhz: 1980,
+            memory_clock_mhz: 2619,
+            memory_bus_bits: 5120,
+        }
+    }
+
+    /// The floor is the larger of the compute and memory bounds; FP8 work gets the FP8
+    /// peak; a time a correct attention kernel measured is above it, the 1.2 µs of a kernel
+    /// that skipped its work is far below it.
+    #[test]
+    fn roofline_floor() {
+        let d = h100();
+        assert!((d.peak_memory_gb_per_s().unwrap() - 3352.3).abs() < 1.0);
+        // (4, 16, 4096, 128) attention: 550 GFLOP, compute-bound: 514 µs at 1070 TFLOP/s
+        // (cuDNN measured about 844 µs on an H200).
+        let flops = 4.0 * 4.0 * 16.0 * 4096.0 * 4096.0 * 128.0;
+        let bytes = 2.0 * 4.0 * 16.0 * 128.0 * 4.0 * 4096.0;
+        let f16 = roofline_floor_us(flops, bytes, &d, ElemType::F16).unwrap();
+        assert!((f16 - 513.5).abs() < 1.0, "{f16}");
+        let fp8 = roofline_floor_us(flops, bytes, &d, ElemType::E4m3).unwrap();
+        assert!((fp8 - f16 / 2.0).abs() < 0.5, "{fp8}");
+        // (1, 8, 512, 64): 0.54 GFLOP and 2 MiB, both bounds near 0.5 µs: the larger one.
+        let (flops, bytes) = (
+            4.0 * 8.0 * 512.0 * 512.0 * 64.0,
+            2.0 * 8.0 * 64.0 * 4.0 * 512.0,
+        );
+        let small = roofline_floor_us(flops, bytes, &d, ElemType::F16).unwrap();
+        let memory = bytes / (3352.3e9 * MEMORY_HEADROOM) * 1e6;
+        let compute = flops / (132.0 * 4096.0 * 1980e6) * 1e6;
+        assert!(
+            (small - memory.max(compute)).abs() < 1e-3,
+            "{small} {memory} {compute}"
+        );
+        // 1.2 µs for (2, 8, 2048, 64) (a kernel that skipped its work) is far below its floor.
+        let flops = 4.0 * 2.0 * 8.0 * 2048.0 * 2048.0 * 64.0;
+        let floor = roofline_floor_us(
+            flops,
+            4.0 * 2.0 * 2.0 * 8.0 * 2048.0 * 64.0,
+            &d,
+            ElemType::F16,
+        );
+        assert!(floor.unwrap() > 1.2 * 10.0, "{floor:?}");
+        // An unknown GPU: only what the driver reports.
+        let mut other = d.clone();
+        other.compute_capability = (7, 5);
+        let m = roofline_floor_us(1e12, 1e9, &other, ElemType::F16).unwrap();
+        let bw = d.peak_memory_gb_per_s().unwrap() * 1e9 * MEMORY_HEADROOM;
+        assert!((m - 1e9 / bw * 1e6).abs() < 1e-9, "{m}");
+        other.memory_clock_mhz = 0;
+        assert_eq!(roofline_floor_us(1e12, 1e9, &other, ElemType::F16), None);
     }
 
     #[test]

@@ -103,8 +103,10 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
         dims([8, 1, 1], 256),
         dims([(n as u32).div_ceil(128), m as u32, 1], 128),
     ];
+    // The ABI's arguments stay symbolic (each trial binds its own strides); `twice` reads
+    // `a` as one contiguous run, so the job declares it contiguous.
     let gemm = evo_kernels::problem("gemm").unwrap();
-    let mut abi = gemm.args(shape);
+    let mut abi: Vec<ArgSlot> = (0..gemm.args(shape).len()).map(ArgSlot::Abi).collect();
     abi[0] = ArgSlot::Scratch(0);
     let mut args = vec![
         vec![
@@ -150,6 +152,7 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
             budget_ms: 500.0,
             ..TimingPlan::default()
         }),
+        contiguous: vec!["a".into()],
     }
 }
 
@@ -290,6 +293,7 @@ fn fp8_end_to_end_family_through_the_worker() {
             budget_ms: 500.0,
             ..TimingPlan::default()
         }),
+        contiguous: c.contiguous.clone(),
     };
     let jobs = [make(1, &[0, 1, 2, 3]), make(2, &[3, 0, 1, 2])];
     let mut input = String::new();

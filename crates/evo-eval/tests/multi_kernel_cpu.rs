@@ -84,8 +84,16 @@ impl Compiled {
             .collect()
     }
 
+    /// Each kernel's arguments bound to the plain call's ABI (as the worker binds each
+    /// trial's own).
     fn args(&self) -> Vec<Vec<ArgSlot>> {
-        self.family.launch_args(&self.vars, &self.shape).unwrap()
+        let abi = self.family.problem.args(&self.shape);
+        self.family
+            .launch_args(&self.vars, &self.shape)
+            .unwrap()
+            .iter()
+            .map(|l| evo_kernels::bind_abi(l, &abi).unwrap())
+            .collect()
     }
 
     fn dims(&self) -> Vec<(String, LaunchDims)> {

@@ -134,7 +134,13 @@ fn wgmma_family_tensor_maps_match_the_ptx_and_the_driver_rules() {
     assert!(compiled.success, "{}", compiled.log);
     let params = ptx_params(compiled.ptx.as_deref().unwrap());
     let vars = space.vars(&g, 0).unwrap();
-    let args = family.launch_args(&vars, &shapes[0]).unwrap();
+    let abi = p.args(&shapes[0]);
+    let args: Vec<_> = family
+        .launch_args(&vars, &shapes[0])
+        .unwrap()
+        .iter()
+        .map(|l| evo_kernels::bind_abi(l, &abi).unwrap())
+        .collect();
     check_arguments(&params, &kernels, &args).unwrap();
     let mut no_maps = args.clone();
     no_maps[0].truncate(p.args(&shapes[0]).len());

@@ -15,6 +15,21 @@ pub struct DeviceInfo {
     pub l2_bytes: u32,
     pub max_smem_per_block_optin: u32,
     pub clock_mhz: u32,
+    /// Peak memory clock (MHz) and bus width (bits): the memory bandwidth ceiling.
+    #[serde(default)]
+    pub memory_clock_mhz: u32,
+    #[serde(default)]
+    pub memory_bus_bits: u32,
+}
+
+impl DeviceInfo {
+    /// The memory bandwidth the driver's numbers allow, in GB/s (double data rate), or
+    /// `None` when the driver did not say.
+    pub fn peak_memory_gb_per_s(&self) -> Option<f64> {
+        (self.memory_clock_mhz > 0 && self.memory_bus_bits > 0).then(|| {
+            2.0 * self.memory_clock_mhz as f64 * 1e6 * self.memory_bus_bits as f64 / 8.0 / 1e9
+        })
+    }
 }
 
 /// What the driver reports.
@@ -76,6 +91,8 @@ pub fn probe() -> Result<DriverInfo, DriverProbeError> {
             )
             .map_err(call)?,
             clock_mhz: attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).map_err(call)? / 1000,
+            memory_clock_mhz: attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).map_err(call)? / 1000,
+            memory_bus_bits: attr(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).map_err(call)?,
         });
     }
     Ok(DriverInfo {

@@ -243,11 +243,70 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Copies `len` bytes of `buf` from byte `offset` to the host, after everything queued
+    /// on the stream.
+    pub fn download_at(
+        &self,
+        buf: &DeviceBuffer,
+        offset: usize,
+        len: usize,
+    ) -> Result<Vec<u8>, CudaError> {
+        assert!(
+            offset + len <= buf.bytes,
+            "download past the end of a device buffer"
+        );
+        let mut out = vec![0u8; len];
+        unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr + offset as u64, self.stream) }
+            .map_err(|e| CudaError::new("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()?;
+        Ok(out)
+    }
+
     pub fn memset_u8(&self, buf: &DeviceBuffer, value: u8) -> Result<(), CudaError> {
-        check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(buf.ptr, value, buf.bytes, self.stream)
-        })?;
+        self.memset_at(buf, 0, buf.bytes, value)?;
         self.synchronize()
+    }
+
+    /// Sets `len` bytes of `buf` from byte `offset` to `value`, queued on the stream
+    /// (no wait).
+    pub fn memset_at(
+        &self,
+        buf: &DeviceBuffer,
+        offset: usize,
+        len: usize,
+        value: u8,
+    ) -> Result<(), CudaError> {
+        assert!(
+            offset + len <= buf.bytes,
+            "memset past the end of a device buffer"
+        );
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(buf.ptr + offset as u64, value, len, self.stream)
+        })
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`, queued on
+    /// the stream (no wait).
+    pub fn copy_at(
+        &self,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        assert!(
+            dst_offset + len <= dst.bytes && src_offset + len <= src.bytes,
+            "copy past the end of a device buffer"
+        );
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(
+                dst.ptr + dst_offset as u64,
+                src.ptr + src_offset as u64,
+                len,
+                self.stream,
+            )
+        })
     }
 }
 

@@ -86,6 +86,8 @@ struct RawFamily {
     launch: Option<toml::Value>,
     #[serde(default)]
     scratch: Vec<RawScratch>,
+    #[serde(default)]
+    contiguous: Vec<String>,
     /// Resolved before parsing (see [`Family::load_file`]).
     #[serde(default)]
     #[allow(dead_code)]
@@ -170,6 +172,11 @@ pub struct Family {
     pub launch_require_sass: Vec<Option<Vec<String>>>,
     /// Scratch buffers, in the order [`ArgSlot::Scratch`] indexes them.
     pub scratch: Vec<ScratchRule>,
+    /// Tensors of the problem (inputs or the output, by name) that the family's kernels
+    /// read or write only in the problem's contiguous layout (e.g. through TMA tensor maps
+    /// that ignore strides). The correctness gate passes these tensors contiguous and
+    /// varies the layout of every other one; an artifact copies them to contiguous.
+    pub contiguous: Vec<String>,
     /// The family file.
     pub path: PathBuf,
     template_name: String,
@@ -717,6 +724,51 @@ impl Family {
             });
         }
 
+        // Layout: what the family needs contiguous, and that every tensor map is over such a
+        // tensor (a map views its input as contiguous whatever strides the call passes).
+        let contiguous_at = |message: String| FamilyError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of(&text, None, "contiguous"),
+            message,
+        };
+        let tensor_names: Vec<&str> = input_names
+            .iter()
+            .map(String::as_str)
+            .chain([output_name.as_str()])
+            .collect();
+        let mut contiguous = Vec::new();
+        for name in &raw.contiguous {
+            if !tensor_names.contains(&name.as_str()) {
+                return Err(contiguous_at(format!(
+                    "contiguous: `{name}` is not a tensor of problem `{}` (it has {tensor_names:?})",
+                    problem.name()
+                )));
+            }
+            if contiguous.contains(name) {
+                return Err(contiguous_at(format!(
+                    "contiguous: `{name}` is named twice"
+                )));
+            }
+            contiguous.push(name.clone());
+        }
+        for (i, args) in launch_args.iter().enumerate() {
+            for a in args.iter().flatten() {
+                if let ArgRef::TensorMap { input, .. } = a {
+                    let name = &input_names[*input];
+                    if !contiguous.contains(name) {
+                        return Err(FamilyError::Invalid {
+                            path: path.to_path_buf(),
+                            line: array_line(&text, "launch", i, "args")
+                                .or_else(|| line_of(&text, Some("launch"), "args")),
+                            message: format!(
+                                "a tensor map views input `{name}` as a contiguous tensor, but the family does not declare it: add `contiguous = [\"{name}\", ...]` at the top of the file (the gate then tests `{name}` contiguous only, and an artifact copies it to contiguous)"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+
         // Template and shared headers.
         let template_path = path.parent().unwrap_or(Path::new(".")).join(&raw.template);
         let template_text =
@@ -747,6 +799,7 @@ impl Family {
             launch_args,
             launch_require_sass,
             scratch,
+            contiguous,
             path: path.to_path_buf(),
             template_name,
             tera,
@@ -940,8 +993,10 @@ impl Family {
 }
 
 /// Each kernel's arguments (`launch_args[i]`, `None`: the problem's ABI) for a genome's
-/// variables plus a (complete) shape, in launch order. A [`Family`] and an exported
-/// artifact (`evo verify`) resolve their argument lists with this one function.
+/// variables plus a (complete) shape, in launch order. The problem's scalar arguments
+/// stay symbolic ([`ArgSlot::Abi`]): the worker binds them to each call's strides and
+/// scalars ([`bind_abi`]). A [`Family`] and an exported artifact (`evo verify`) resolve their
+/// argument lists with this one function.
 pub fn resolve_launch_args(
     problem: &dyn Problem,
     launches: &[LaunchRule],
@@ -959,7 +1014,7 @@ pub fn resolve_launch_args(
         .zip(launch_args)
         .map(|(rule, args)| {
             let Some(args) = args else {
-                return Ok(abi.clone());
+                return Ok((0..abi.len()).map(|i| symbolic(&abi, i)).collect());
             };
             let mut out = Vec::new();
             for a in args {
@@ -969,13 +1024,14 @@ pub fn resolve_launch_args(
                 };
                 match a {
                     ArgRef::Slot(s) => out.push(*s),
-                    ArgRef::Abi(i) => out.push(*abi.get(*i).ok_or_else(|| {
-                        format!(
+                    ArgRef::Abi(i) if *i < abi.len() => out.push(symbolic(&abi, *i)),
+                    ArgRef::Abi(i) => {
+                        return Err(format!(
                             "arguments of `{}`: ABI argument {i} of {}",
                             rule.kernel,
                             abi.len()
-                        )
-                    })?),
+                        ))
+                    }
                     ArgRef::I64(e) => out.push(ArgSlot::I64(eval(e)?)),
                     ArgRef::I32(e) => {
                         let v = eval(e)?;
@@ -1006,15 +1062,39 @@ pub fn resolve_launch_args(
                     }
                     ArgRef::List(name) => {
                         let range = arg_list(&lists, name)?;
-                        out.extend(
-                            abi.get(range).ok_or_else(|| {
-                                format!("argument list `{name}` runs past the ABI")
-                            })?,
-                        );
+                        if range.end > abi.len() {
+                            return Err(format!("argument list `{name}` runs past the ABI"));
+                        }
+                        out.extend(range.map(|i| symbolic(&abi, i)));
                     }
                 }
             }
             Ok(out)
+        })
+        .collect()
+}
+
+/// ABI argument `i` as a launch list holds it: a tensor as its slot (the same in every
+/// call), anything else (sizes, strides, scalars) symbolic, for each call to bind.
+fn symbolic(abi: &[ArgSlot], i: usize) -> ArgSlot {
+    match abi[i] {
+        s @ (ArgSlot::Input(_) | ArgSlot::Output | ArgSlot::Scratch(_)) => s,
+        _ => ArgSlot::Abi(i),
+    }
+}
+
+/// `args` with every [`ArgSlot::Abi`] replaced by that argument of `abi` (a call's
+/// [`Problem::call_args`]); an index past it is an error.
+pub fn bind_abi(args: &[ArgSlot], abi: &[ArgSlot]) -> Result<Vec<ArgSlot>, String> {
+    args.iter()
+        .map(|a| match *a {
+            ArgSlot::Abi(i) => abi.get(i).copied().ok_or_else(|| {
+                format!(
+                    "argument names ABI argument {i}, but the ABI has {}",
+                    abi.len()
+                )
+            }),
+            other => Ok(other),
         })
         .collect()
 }

@@ -6,7 +6,12 @@
 //! // evo-launch: grid = ceil_div(N, 16), ceil_div(M, 16); block = 16, 16; shared_bytes = 0
 //! // evo-expect: incorrect
 //! // evo-why: writes one element past the end of C
+//! // evo-contiguous: a, b
 //! ```
+//!
+//! `evo-contiguous` names the tensors the kernel reads or writes only in the problem's
+//! contiguous layout (as a family's `contiguous`); the gate varies the layout of every
+//! other tensor the ABI lets a caller lay out.
 //!
 //! Launch expressions read the problem's shape and specialization variables.
 
@@ -23,6 +28,7 @@ pub struct Header {
     pub launch: Option<String>,
     pub expect: Option<String>,
     pub why: Option<String>,
+    pub contiguous: Vec<String>,
 }
 
 /// Reads the `// evo-...:` lines at the top of a file (before the first other line).
@@ -31,6 +37,7 @@ pub fn header(source: &str) -> Header {
         launch: None,
         expect: None,
         why: None,
+        contiguous: Vec::new(),
     };
     for line in source.lines() {
         let t = line.trim();
@@ -48,6 +55,12 @@ pub fn header(source: &str) -> Header {
             h.expect = Some(v);
         } else if let Some(v) = take("evo-why:") {
             h.why = Some(v);
+        } else if let Some(v) = take("evo-contiguous:") {
+            h.contiguous = v
+                .split(',')
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect();
         }
     }
     h

@@ -153,6 +153,10 @@ pub enum ArgSlot {
     /// Pointer to scratch buffer `i` of the variant (a family's `[[scratch]]`, in order):
     /// allocated by the worker, NaN-poisoned before every checked call.
     Scratch(usize),
+    /// The problem's ABI argument `i` ([`crate::Problem::call_args`]) of the call being
+    /// made: a family's `@abi` list names its arguments this way, so the worker passes each
+    /// trial's own strides and scalars.
+    Abi(usize),
 }
 
 /// A tiled tensor map over one input, as a problem or family asks for it. Dimensions run
@@ -196,6 +200,217 @@ impl TensorMapSlot {
     }
 }
 
+/// How one tensor of a call lies in its buffer: logical dimensions (outermost first), the
+/// element stride of each, and the buffer's length in elements. Element `(i0, .., in)` is
+/// at offset `Σ ik · strides[k]`; the elements never overlap and every one is inside the
+/// buffer (checked by [`Layout::new`]). Bytes of the buffer that hold no element are
+/// padding: inputs carry a poison pattern there and an output's must stay untouched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    pub dims: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub len: usize,
+}
+
+impl Layout {
+    /// A layout after checking that its elements fit in `len` and do not overlap (sorted
+    /// by stride, each stride must step over the whole extent of the smaller ones).
+    pub fn new(dims: Vec<usize>, strides: Vec<usize>, len: usize) -> Result<Layout, String> {
+        if dims.len() != strides.len() {
+            return Err(format!(
+                "{} dimensions but {} strides",
+                dims.len(),
+                strides.len()
+            ));
+        }
+        let l = Layout { dims, strides, len };
+        if l.elements() == 0 {
+            return Ok(l);
+        }
+        let mut order: Vec<usize> = (0..l.dims.len()).filter(|&i| l.dims[i] > 1).collect();
+        order.sort_by_key(|&i| l.strides[i]);
+        let mut extent = 1usize; // offsets 0..extent hold the dimensions seen so far
+        for &i in &order {
+            if l.strides[i] < extent {
+                return Err(format!(
+                    "stride {} of dimension {i} overlaps the {extent} elements inside it",
+                    l.strides[i]
+                ));
+            }
+            extent += l.strides[i] * (l.dims[i] - 1);
+        }
+        if extent > len {
+            return Err(format!(
+                "elements reach offset {extent}, past the {len} allocated"
+            ));
+        }
+        Ok(l)
+    }
+
+    /// The row-major layout of `dims` with no padding.
+    pub fn contiguous(dims: &[usize]) -> Layout {
+        let mut strides = vec![1usize; dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * dims[i + 1];
+        }
+        Layout {
+            dims: dims.to_vec(),
+            len: dims.iter().product(),
+            strides,
+        }
+    }
+
+    pub fn elements(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        *self == Layout::contiguous(&self.dims)
+    }
+
+    /// Offset of every logical row (all dimensions but the last) in row-major order, and
+    /// the stride along the last dimension.
+    fn rows(&self) -> (Vec<usize>, usize, usize) {
+        let (outer, last) = match self.dims.split_last() {
+            Some((last, outer)) => (outer, *last),
+            None => (&[][..], 1),
+        };
+        let inner_stride = self.strides.last().copied().unwrap_or(1);
+        let mut rows = vec![0usize];
+        for (d, &n) in outer.iter().enumerate() {
+            let stride = self.strides[d];
+            rows = rows
+                .iter()
+                .flat_map(|&base| (0..n).map(move |i| base + i * stride))
+                .collect();
+        }
+        (rows, last, inner_stride)
+    }
+
+    /// The buffer of this layout holding `logical` (row-major), padding filled with
+    /// copies of `pad` (one element's bytes).
+    pub fn scatter(&self, logical: &HostTensor, pad: &[u8]) -> HostTensor {
+        let size = logical.elem.size();
+        assert_eq!(
+            logical.len(),
+            self.elements(),
+            "logical tensor of another size"
+        );
+        assert_eq!(pad.len(), size, "pad pattern of another element size");
+        let mut bytes: Vec<u8> = pad.iter().copied().cycle().take(self.len * size).collect();
+        let (rows, n, inner) = self.rows();
+        for (r, &base) in rows.iter().enumerate() {
+            let src = &logical.bytes[r * n * size..(r + 1) * n * size];
+            if inner == 1 {
+                bytes[base * size..(base + n) * size].copy_from_slice(src);
+            } else {
+                for (j, e) in src.chunks(size).enumerate() {
+                    let at = (base + j * inner) * size;
+                    bytes[at..at + size].copy_from_slice(e);
+                }
+            }
+        }
+        HostTensor {
+            elem: logical.elem,
+            bytes,
+        }
+    }
+
+    /// The logical (row-major) tensor held in a buffer of this layout.
+    pub fn gather(&self, elem: ElemType, buffer: &[u8]) -> HostTensor {
+        let size = elem.size();
+        let (rows, n, inner) = self.rows();
+        let mut bytes = Vec::with_capacity(self.elements() * size);
+        for &base in &rows {
+            if inner == 1 {
+                bytes.extend_from_slice(&buffer[base * size..(base + n) * size]);
+            } else {
+                for j in 0..n {
+                    let at = (base + j * inner) * size;
+                    bytes.extend_from_slice(&buffer[at..at + size]);
+                }
+            }
+        }
+        HostTensor { elem, bytes }
+    }
+
+    /// The first element-sized slot of `buffer` outside the tensor's elements whose bytes
+    /// are not `pad` (a write into the padding), if any.
+    pub fn padding_changed(&self, buffer: &[u8], pad: &[u8]) -> Option<usize> {
+        if self.len == self.elements() {
+            return None;
+        }
+        let size = pad.len();
+        let mut element = vec![false; self.len];
+        let (rows, n, inner) = self.rows();
+        for &base in &rows {
+            for j in 0..n {
+                element[base + j * inner] = true;
+            }
+        }
+        (0..self.len).find(|&i| !element[i] && buffer[i * size..(i + 1) * size] != *pad)
+    }
+
+    /// Short text for messages: `dims [2, 3, 77, 64] strides [...]`, or `contiguous`.
+    pub fn describe(&self) -> String {
+        if self.is_contiguous() {
+            "contiguous".into()
+        } else {
+            format!(
+                "strides {:?} (buffer of {} elements)",
+                self.strides, self.len
+            )
+        }
+    }
+}
+
+/// The part of a call the ABI leaves to its caller beyond the shape: each tensor's layout
+/// and the problem's floating-point arguments. The correctness gate varies it per trial
+/// ([`crate::Problem::varied_call`]); timing and an artifact's plain call use
+/// [`crate::Problem::default_call`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Call {
+    /// The inputs in [`crate::Problem::inputs`] order, then the output.
+    pub layouts: Vec<Layout>,
+    /// The problem's float arguments in ABI order (sdpa: `softmax_scale`).
+    pub scalars: Vec<f32>,
+}
+
+impl Call {
+    /// The output's layout.
+    pub fn output(&self) -> &Layout {
+        self.layouts.last().expect("a call has an output layout")
+    }
+
+    /// Short text for messages: the non-contiguous tensors and the scalars.
+    pub fn describe(&self, names: &[String]) -> String {
+        let mut parts: Vec<String> = self
+            .layouts
+            .iter()
+            .zip(names)
+            .filter(|(l, _)| !l.is_contiguous())
+            .map(|(l, n)| format!("{n} {}", l.describe()))
+            .collect();
+        if parts.is_empty() {
+            parts.push("contiguous tensors".into());
+        }
+        if !self.scalars.is_empty() {
+            parts.push(format!("scalars {:?}", self.scalars));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Values the worker writes on the GPU into timing inputs (fresh for every replay).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Fill {
+    /// Approximately normal, mean 0 and this standard deviation (e4m3: values then
+    /// encoded with saturation).
+    Normal(f32),
+    /// Uniform in [lo, hi).
+    Uniform(f32, f32),
+}
+
 /// The kinds of inputs the correctness gate feeds a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -208,10 +423,20 @@ pub enum InputKind {
     Large,
     /// One-hot rows: a single 1 per row, so every output tells which element was read.
     OneHot,
+    /// Random inputs with adversarial rows and heads among normal ones (problems that have
+    /// rows: an all-zero query row, a head of zero or identical keys, rows whose scores
+    /// are all very negative, a head of large magnitudes, one-hot rows). Problems without
+    /// such structure treat it as `Random`.
+    Rows,
 }
 
 impl InputKind {
-    pub const ADVERSARIAL: [InputKind; 3] = [InputKind::Zeros, InputKind::Large, InputKind::OneHot];
+    pub const ADVERSARIAL: [InputKind; 4] = [
+        InputKind::Zeros,
+        InputKind::Large,
+        InputKind::OneHot,
+        InputKind::Rows,
+    ];
 }
 
 /// Error bounds: an element is bad when `|got - ref| > atol + rtol * |ref|`, where

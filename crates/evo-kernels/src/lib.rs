@@ -19,8 +19,8 @@ pub mod problems;
 pub mod variant;
 
 pub use family::{
-    arg_list, resolve_launch_args, resolve_scratch, swizzle_bytes, ArgRef, Family, FamilyError,
-    ScratchRule,
+    arg_list, bind_abi, resolve_launch_args, resolve_scratch, swizzle_bytes, ArgRef, Family,
+    FamilyError, ScratchRule,
 };
 pub use problem::{problem, problems, Problem, VarDecl, VarKind};
 pub use variant::{RenderedVariant, Specialization, Specializations};

@@ -3,7 +3,8 @@
 use evo_core::{Value, Vars};
 
 use crate::harness::{
-    ArgSlot, EndToEnd, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
+    dtype, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor, InputKind, Layout, ReferenceKernel,
+    TensorSpec, Tolerance,
 };
 pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8, SdpaFp8E2e};
 
@@ -99,12 +100,38 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     /// Fewest bytes one call must move through device memory.
     fn min_bytes(&self, shape: &Vars) -> f64;
 
-    /// Input tensors of one call, in the order [`ArgSlot::Input`] indexes them.
+    /// Input tensors of one call, in the order [`ArgSlot::Input`] indexes them (`len`: the
+    /// number of elements, whatever the call's layout).
     fn inputs(&self, shape: &Vars) -> Vec<TensorSpec>;
     /// The output tensor (element type of the specialization).
     fn output(&self, shape: &Vars) -> TensorSpec;
-    /// The candidate kernel's arguments, in ABI order.
-    fn args(&self, shape: &Vars) -> Vec<ArgSlot>;
+    /// The plain call: every tensor contiguous, the default scalars. Problems whose ABI
+    /// takes strides or float arguments give their tensors' dimensions and scalars here.
+    fn default_call(&self, shape: &Vars) -> Call {
+        let layouts = self
+            .inputs(shape)
+            .iter()
+            .chain([&self.output(shape)])
+            .map(|t| Layout::contiguous(&[t.len]))
+            .collect();
+        Call {
+            layouts,
+            scalars: Vec::new(),
+        }
+    }
+    /// A call as a caller may make it, drawn from `seed`: each tensor's layout and each
+    /// scalar within what the ABI allows. `contiguous[i]` (inputs, then the output) keeps
+    /// tensor i in its default layout (a family that declares it needs that).
+    fn varied_call(&self, shape: &Vars, seed: u64, contiguous: &[bool]) -> Call {
+        let _ = (seed, contiguous);
+        self.default_call(shape)
+    }
+    /// The candidate kernel's arguments for `call`, in ABI order.
+    fn call_args(&self, shape: &Vars, call: &Call) -> Vec<ArgSlot>;
+    /// The arguments of [`Problem::default_call`].
+    fn args(&self, shape: &Vars) -> Vec<ArgSlot> {
+        self.call_args(shape, &self.default_call(shape))
+    }
     /// Named argument lists a multi-kernel family may splice into a launch's `args`
     /// (`"@name"`), as ranges of [`Problem::args`] (so an artifact can name each
     /// argument): always `abi` (all of it), plus what the problem offers (e.g. the
@@ -112,23 +139,43 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     fn arg_lists(&self, shape: &Vars) -> Vec<(&'static str, std::ops::Range<usize>)> {
         vec![("abi", 0..self.args(shape).len())]
     }
-    /// Seeded inputs of one kind, one tensor per [`Problem::inputs`] entry.
-    fn generate(&self, shape: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor>;
-    /// The GPU reference kernel for this shape, or `None` if the problem has none yet.
-    fn reference(&self, shape: &Vars) -> Option<ReferenceKernel>;
-    /// The exact answer in float64 from the inputs as stored (tests and self-test).
-    fn cpu_reference(&self, shape: &Vars, inputs: &[HostTensor]) -> Vec<f64>;
+    /// Seeded inputs of one kind for `call` (whose scalars some kinds aim for), one logical
+    /// (row-major) tensor per [`Problem::inputs`] entry.
+    fn generate(&self, shape: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor>;
+    /// How the worker fills input `input` with fresh values on the GPU for every timing
+    /// replay (no host copy: the reference is computed on the GPU).
+    fn random_fill(&self, shape: &Vars, input: usize) -> Fill {
+        let _ = (shape, input);
+        Fill::Normal(1.0)
+    }
+    /// The GPU reference kernel for `call` (inputs in the call's layouts; float32 output,
+    /// contiguous in logical order), or `None` if the problem has none yet.
+    fn reference(&self, shape: &Vars, call: &Call) -> Option<ReferenceKernel>;
+    /// The exact answer in float64, in logical order, from logical inputs (tests and
+    /// self-test).
+    fn cpu_reference(&self, shape: &Vars, call: &Call, inputs: &[HostTensor]) -> Vec<f64>;
     /// Error bounds for the specialization of `shape`.
     fn tolerance(&self, shape: &Vars) -> Tolerance;
     /// Correctness-only shapes derived from the configured ones: lengths that are not
     /// multiples of any tile, length 1, ... (same specializations as `shapes`).
     fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars>;
+    /// The element type of the problem's arithmetic, whose tensor-core peak bounds how
+    /// fast a call can be (the timing gate's roofline floor).
+    fn compute_elem(&self, shape: &Vars) -> ElemType {
+        dtype(shape)
+    }
 
     /// For problems whose inputs are a lossy encoding of original ones (FP8): the
-    /// original inputs of the trial `(kind, seed)`, the GPU reference that computes the
-    /// exact answer from them, and the bound on the end-to-end error. `None`: the
-    /// inputs are the originals.
-    fn end_to_end(&self, _shape: &Vars, _kind: InputKind, _seed: u64) -> Option<EndToEnd> {
+    /// original inputs of the trial `(kind, seed)` (logical, contiguous), the GPU reference
+    /// that computes the exact answer from them, and the bound on the end-to-end error.
+    /// `None`: the inputs are the originals.
+    fn end_to_end(
+        &self,
+        _shape: &Vars,
+        _call: &Call,
+        _kind: InputKind,
+        _seed: u64,
+    ) -> Option<EndToEnd> {
         None
     }
 

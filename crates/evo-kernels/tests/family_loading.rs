@@ -276,7 +276,19 @@ fn kernels_take_their_own_arguments_and_scratch() {
         args[1][..3],
         [ArgSlot::Scratch(0), ArgSlot::Input(1), ArgSlot::Output]
     );
-    assert_eq!(args[1][3..], abi[..]);
+    // `@abi`'s tensors are slots; its sizes, strides and scalars stay symbolic until a
+    // call binds them, then they are that call's.
+    assert_eq!(
+        args[1][3..6],
+        [ArgSlot::Input(0), ArgSlot::Input(1), ArgSlot::Output]
+    );
+    assert_eq!(
+        args[1][6..],
+        (3..abi.len()).map(ArgSlot::Abi).collect::<Vec<_>>()[..]
+    );
+    let bound = evo_kernels::bind_abi(&args[1], &abi).unwrap();
+    assert_eq!(bound[3..], abi[..]);
+    assert!(evo_kernels::bind_abi(&[ArgSlot::Abi(abi.len())], &abi).is_err());
     let scratch = f.scratch_specs(&vars, &shape).unwrap();
     assert_eq!(scratch.len(), 1);
     assert_eq!(
@@ -526,11 +538,11 @@ fn launches_may_replace_the_familys_required_opcodes() {
 #[test]
 fn tensor_map_arguments() {
     use evo_kernels::harness::{ArgSlot, TensorMapSlot};
-    let toml = multi_toml(
+    let toml = declared_contiguous(&multi_toml(
         r#"["a", "a2"]"#,
         r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128"]"#,
         SCRATCH,
-    );
+    ));
     let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
     let f = Family::load(&root, "gemm", "toy").unwrap();
     let space = f.space(vec![f.probe_context()]).unwrap();
@@ -567,22 +579,22 @@ fn tensor_map_arguments() {
         ("tmap:b:K;NN:64;TILE:128", "NN"),
         ("tmap:b:K;N:64;TILE:SWIZ", "SWIZ"),
     ] {
-        let toml = multi_toml(
+        let toml = declared_contiguous(&multi_toml(
             r#"["a", "a2"]"#,
             &format!(r#"["a2", "b", "c", "@abi", "{bad}"]"#),
             SCRATCH,
-        );
+        ));
         let e = load(&toml, GOOD_TEMPLATE).unwrap_err();
         assert!(e.contains(needle), "{bad}: {e}");
     }
     // The swizzle may be an expression of the genome (a swizzle-width knob): resolved per
     // genome, and refused when it resolves to no swizzle span.
     let swizzle_of = |expr: &str, tile: i64| -> Result<u32, String> {
-        let toml = multi_toml(
+        let toml = declared_contiguous(&multi_toml(
             r#"["a", "a2"]"#,
             &format!(r#"["a2", "b", "c", "@abi", "tmap:b:K;N:TILE;TILE:{expr}"]"#),
             SCRATCH,
-        );
+        ));
         let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
         let f = Family::load(&root, "gemm", "toy").unwrap();
         let space = f.space(vec![f.probe_context()]).unwrap();
@@ -598,4 +610,41 @@ fn tensor_map_arguments() {
     }
     let e = swizzle_of("TILE * 3", 32).unwrap_err();
     assert!(e.to_string().contains("swizzle `96`"), "{e}");
+}
+
+/// The toy family with input `b` declared contiguous (top-level key, before any table).
+fn declared_contiguous(toml: &str) -> String {
+    format!("contiguous = [\"b\"]\n{toml}")
+}
+
+/// `contiguous` names problem tensors the kernels need contiguous; a tensor map over an
+/// input that is not declared is refused (it would silently assume a layout).
+#[test]
+fn layout_declarations() {
+    let tmap = r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128"]"#;
+    let toml = multi_toml(r#"["a", "a2"]"#, tmap, SCRATCH);
+    assert_err(
+        load(&toml, GOOD_TEMPLATE),
+        &["input `b` as a contiguous tensor", "contiguous = [\"b\""],
+    );
+    let f = load(&declared_contiguous(&toml), GOOD_TEMPLATE).unwrap();
+    assert_eq!(f.contiguous, vec!["b".to_string()]);
+    // The output may be declared too; unknown and repeated names are refused with the line.
+    let f = load(&format!("contiguous = [\"c\"]\n{GOOD_TOML}"), GOOD_TEMPLATE).unwrap();
+    assert_eq!(f.contiguous, vec!["c".to_string()]);
+    for (decl, needle) in [
+        (
+            r#"contiguous = ["q"]"#,
+            "`q` is not a tensor of problem `gemm`",
+        ),
+        (r#"contiguous = ["b", "b"]"#, "`b` is named twice"),
+    ] {
+        let e = load(&format!("{decl}\n{GOOD_TOML}"), GOOD_TEMPLATE).unwrap_err();
+        assert!(e.contains(needle) && e.contains(":1"), "{decl}: {e}");
+    }
+    // Families without tensor maps need no declaration.
+    assert!(load(GOOD_TOML, GOOD_TEMPLATE)
+        .unwrap()
+        .contiguous
+        .is_empty());
 }

@@ -323,7 +323,14 @@ fn fp8_e2e_launches_bind_scratch_to_the_fp8_abi() {
             ("v_descale", ElemType::F32, 15),
         ]
     );
-    let args = e2e.launch_args(&vars, &shape).unwrap();
+    // Bound to the plain call's ABI, as the worker binds every call's own.
+    let e2e_abi = problem("sdpa_fwd_fp8_e2e").unwrap().args(&shape);
+    let args: Vec<Vec<ArgSlot>> = e2e
+        .launch_args(&vars, &shape)
+        .unwrap()
+        .iter()
+        .map(|a| evo_kernels::bind_abi(a, &e2e_abi).unwrap())
+        .collect();
     let kernels: Vec<&str> = e2e.launches.iter().map(|l| l.kernel.as_str()).collect();
     assert_eq!(
         kernels,
@@ -389,13 +396,14 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
         count += 1;
     }
     // (CONSUMER_WG, BLOCK_N, STAGES, WARP_SPEC, SETMAXNREG, PRODUCER_REGS, LOADER, OVERLAP,
-    // PINGPONG, SWIZZLE_BYTES): 3 x 2 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x 3 raw, less the rings that do
-    // not fit 227 KiB at head dim 128, the register bound (O, S and with OVERLAP the in-flight
-    // P, plus 32, within the setmaxnreg target or the launch's share), SETMAXNREG without a
-    // producer and two or three consumers, PRODUCER_REGS pinned without SETMAXNREG and at least
-    // 56 for the cp.async producer, TMA without a producer, and ping-pong without a producer,
-    // OVERLAP and two or three consumers.
-    assert_eq!(count, 516);
+    // PINGPONG, SWIZZLE_BYTES, RESCALE): 3 x 4 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x 3 x 2 raw, less the
+    // rings that do not fit 227 KiB at head dim 128, the register bound (O, S and with OVERLAP
+    // the in-flight P, plus 32, within the setmaxnreg target or the launch's share), SETMAXNREG
+    // without a producer and two or three consumers, PRODUCER_REGS pinned without SETMAXNREG and
+    // at least 56 for the cp.async producer, TMA without a producer, and ping-pong without a
+    // producer, OVERLAP and two or three consumers: 606 tile and schedule choices, each with
+    // either RESCALE.
+    assert_eq!(count, 1212);
     assert_eq!(
         sources.len(),
         count,
@@ -453,7 +461,7 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
     let specs = sdpa_specs();
     for (base_name, name, genomes) in [
         ("sdpa_fwd_mma", "sdpa_fwd_mma_splitkv", 2400),
-        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 1548),
+        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 3636),
     ] {
         let base = Family::load(&templates(), "sdpa_fwd", base_name).unwrap();
         let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
@@ -570,8 +578,13 @@ fn split_kv_launches_scratch_and_arguments() {
                 assert_eq!(dims[1].1.grid, [((b * h * sq + 3) / 4) as u32, 1, 1]);
                 assert_eq!(dims[1].1.block, [128, 1, 1]);
                 assert_eq!(dims[1].1.shared_bytes, 0);
-                let args = f.launch_args(&vars, &shape).unwrap();
                 let abi = sdpa.args(&shape);
+                let args: Vec<Vec<ArgSlot>> = f
+                    .launch_args(&vars, &shape)
+                    .unwrap()
+                    .iter()
+                    .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
+                    .collect();
                 let parts = [ArgSlot::Scratch(0), ArgSlot::Scratch(1)];
                 assert_eq!(args[1], [abi.clone(), parts.to_vec()].concat());
                 let n_maps = if name.contains("wgmma") { 3 } else { 0 };

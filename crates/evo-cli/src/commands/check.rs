@@ -8,7 +8,7 @@ use evo_core::config::{
     CorrectnessConfig, SearchConfig, StaticConfig, TimeoutConfig, TimingConfig,
 };
 use evo_core::{Genome, Target, Vars};
-use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
+use evo_eval::pipeline::{self, Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
 use evo_eval::Status;
 use evo_gpu::Compiler;
 use evo_kernels::handwritten;
@@ -24,7 +24,14 @@ struct FileVerdict {
     expected: Option<String>,
     why: Option<String>,
     matched: Option<bool>,
+    /// False when the kernel passed every gate this machine could run and the rest
+    /// needs a GPU.
+    decided: bool,
+    /// compute-sanitizer's report, when the sanitizer gate ran.
+    sanitizer: Option<evo_eval::profile::SanitizerReport>,
     verdict: Verdict,
+    #[serde(skip)]
+    candidate: Option<Candidate>,
 }
 
 pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
@@ -105,25 +112,39 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         );
     }
 
-    let (gpus, info) = setup::gpus(&args.gpus.gpus)?;
-    let device = &info.devices[gpus[0] as usize];
-    let arch =
-        Target::arch_for_capability(device.compute_capability.0, device.compute_capability.1);
-    let mut target = Target::from_arch(&arch)?;
-    target.max_smem_per_block = device.max_smem_per_block_optin;
+    // With a GPU: its architecture and every gate. Without one: the gates that need none
+    // (compile, static, ABI), then exit 3 for the rest.
+    let gpu = match evo_gpu::device::probe() {
+        Ok(info) if !info.devices.is_empty() => Some(setup::gpus(&args.gpus.gpus)?),
+        _ => None,
+    };
+    let device = gpu
+        .as_ref()
+        .map(|(g, info)| info.devices[g[0] as usize].clone());
+    let mut target = match &device {
+        Some(d) => Target::from_arch(&Target::arch_for_capability(
+            d.compute_capability.0,
+            d.compute_capability.1,
+        ))?,
+        None => Target::from_arch(
+            args.arch
+                .as_deref()
+                .or(Some(compile.arch.as_str()).filter(|a| *a != "auto"))
+                .unwrap_or(evo_core::target::DEFAULT_ARCH),
+        )?,
+    };
+    if let Some(d) = &device {
+        target.max_smem_per_block = d.max_smem_per_block_optin;
+    }
+    let arch = target.arch.clone();
+    let compiler = Compiler::for_config(&arch, &compile)?;
     let timing_plan = (timing.enabled && !args.no_timing).then(|| timing.clone());
-    let evaluator = Arc::new(Evaluator::on_gpus(
-        problem,
-        Compiler::for_config(&arch, &compile)?,
-        &gpus,
-        timeouts,
-        GateSettings {
-            target,
-            static_rules,
-            correctness,
-            timing: timing_plan,
-        },
-    )?);
+    let gates = GateSettings {
+        target,
+        static_rules,
+        correctness,
+        timing: timing_plan,
+    };
 
     // Candidates from the files.
     let mut jobs = Vec::new();
@@ -136,6 +157,19 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         })?;
         let rule = handwritten::parse_launch(problem, &launch_text)
             .map_err(|e| anyhow!("{}: launch rule: {e}", file.display()))?;
+        let tensors: Vec<String> = problem
+            .inputs(&complete[0].0)
+            .into_iter()
+            .chain([problem.output(&complete[0].0)])
+            .map(|t| t.name)
+            .collect();
+        if let Some(bad) = header.contiguous.iter().find(|n| !tensors.contains(n)) {
+            bail!(
+                "{}: `// evo-contiguous:` names `{bad}`, which is not a tensor of problem `{}` ({tensors:?})",
+                file.display(),
+                problem.name()
+            );
+        }
         let mut cshapes = Vec::new();
         for (vars, timed) in &complete {
             let dims = rule
@@ -154,16 +188,136 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
             source,
             kernels: vec![rule.kernel.clone()],
             shapes: cshapes,
+            contiguous: header.contiguous.clone(),
         };
         jobs.push((file.display().to_string(), header, candidate));
     }
 
-    let rt = setup::runtime()?;
     let salt: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let verdicts: Vec<FileVerdict> = rt.block_on(async {
+    let verdicts = match &gpu {
+        None => static_only(problem, &compiler, &gates, jobs),
+        Some((gpus, _)) => {
+            let evaluator = Arc::new(Evaluator::on_gpus(
+                problem, compiler, gpus, timeouts, gates,
+            )?);
+            let mut verdicts = evaluate_all(&evaluator, jobs, salt)?;
+            if !args.no_sanitize {
+                sanitize_all(problem, &mut verdicts, gpus[0]);
+            }
+            verdicts
+        }
+    };
+
+    if json {
+        print_json(&verdicts)?;
+    } else {
+        print_human(problem, &verdicts, device.as_ref(), &arch);
+    }
+    let undecided = verdicts.iter().filter(|v| !v.decided).count();
+    if undecided > 0 {
+        return Err(crate::MissingComponent(format!(
+            "{undecided} kernel(s) passed compile, static and ABI checks for {arch}; correctness, timing and the sanitizers need a GPU (the CUDA driver sees none here)"
+        ))
+        .into());
+    }
+    let ok = verdicts.iter().all(|v| match v.matched {
+        Some(m) => m,
+        None => v.verdict.status == Status::Evaluated,
+    });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A file's candidate, with what its header says.
+type Job = (String, handwritten::Header, Candidate);
+
+fn file_verdict(
+    file: String,
+    header: handwritten::Header,
+    verdict: Verdict,
+    decided: bool,
+) -> FileVerdict {
+    let matched = decided
+        .then(|| header.expect.as_ref().map(|e| e == verdict.status.name()))
+        .flatten();
+    FileVerdict {
+        file,
+        expected: header.expect,
+        why: header.why,
+        matched,
+        decided,
+        sanitizer: None,
+        verdict,
+        candidate: None,
+    }
+}
+
+/// The gates that need no GPU: compile, static, ABI. A kernel that passes them is
+/// undecided.
+fn static_only(
+    problem: &'static dyn evo_kernels::Problem,
+    compiler: &Compiler,
+    gates: &GateSettings,
+    jobs: Vec<Job>,
+) -> Vec<FileVerdict> {
+    jobs.into_iter()
+        .map(|(file, header, c)| {
+            let mut v = Verdict {
+                label: c.label.clone(),
+                status: Status::Evaluated,
+                gate: None,
+                detail: String::new(),
+                compile: None,
+                static_kernels: vec![],
+                result: None,
+                seeds: vec![],
+            };
+            let compiled = match pipeline::compile(compiler, &c) {
+                Ok(c) => c,
+                Err(e) => {
+                    v.status = Status::CompileFailed;
+                    v.gate = Some(evo_eval::Gate::Compile);
+                    v.detail = e.to_string();
+                    return file_verdict(file, header, v, true);
+                }
+            };
+            v.compile = Some(pipeline::CompileSummary {
+                key: compiled.key.clone(),
+                ms: compiled.compile_ms,
+                cached: compiled.cached,
+                nvrtc_version: compiled.nvrtc_version.clone(),
+                arch: compiled.arch.clone(),
+            });
+            let sass = pipeline::sass_of(compiler, &compiled);
+            match pipeline::static_checks(problem, gates, &c, &compiled, sass.as_ref()) {
+                Ok((_, kernels)) => {
+                    v.static_kernels = kernels;
+                    v.detail =
+                        "passed compile, static and ABI checks; correctness and timing need a GPU"
+                            .into();
+                    file_verdict(file, header, v, false)
+                }
+                Err(f) => {
+                    v.status = f.status;
+                    v.gate = Some(f.gate);
+                    v.detail = f.detail;
+                    file_verdict(file, header, v, true)
+                }
+            }
+        })
+        .collect()
+}
+
+/// Every gate on every file, as many at a time as there are workers.
+fn evaluate_all(evaluator: &Arc<Evaluator>, jobs: Vec<Job>, salt: u64) -> Result<Vec<FileVerdict>> {
+    let rt = setup::runtime()?;
+    Ok(rt.block_on(async {
         let limit = Arc::new(tokio::sync::Semaphore::new(evaluator.pool.size()));
         let mut handles = Vec::new();
         for (id, (file, header, candidate)) in jobs.into_iter().enumerate() {
@@ -177,7 +331,10 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
                     .await
                     .expect("compile task");
                 let verdict = match compiled {
-                    Ok(compiled) => ev.evaluate(candidate, compiled, id as u64, salt).await,
+                    Ok(compiled) => {
+                        ev.evaluate(candidate.clone(), compiled, id as u64, salt)
+                            .await
+                    }
                     Err(e) => Verdict {
                         label: candidate.label.clone(),
                         status: Status::CompileFailed,
@@ -189,14 +346,9 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
                         seeds: vec![],
                     },
                 };
-                let matched = header.expect.as_ref().map(|e| e == verdict.status.name());
-                FileVerdict {
-                    file,
-                    expected: header.expect,
-                    why: header.why,
-                    matched,
-                    verdict,
-                }
+                let mut fv = file_verdict(file, header, verdict, true);
+                fv.candidate = Some(candidate);
+                fv
             }));
         }
         let mut out = Vec::new();
@@ -205,22 +357,43 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         }
         evaluator.pool.shutdown().await;
         out
-    });
+    }))
+}
 
-    if json {
-        print_json(&verdicts)?;
-    } else {
-        print_human(problem, &verdicts, device);
+/// The sanitizer gate on every kernel that passed the others: a finding makes it
+/// `incorrect` with the tool's report. Without compute-sanitizer it says so and changes
+/// nothing.
+fn sanitize_all(
+    problem: &'static dyn evo_kernels::Problem,
+    verdicts: &mut [FileVerdict],
+    gpu: u32,
+) {
+    let Ok(exe) = std::env::current_exe() else {
+        eprintln!("sanitizers skipped: cannot find the evo executable");
+        return;
+    };
+    for v in verdicts.iter_mut() {
+        if v.verdict.status != Status::Evaluated {
+            continue;
+        }
+        let Some(c) = &v.candidate else { continue };
+        match evo_eval::profile::sanitize(&exe, problem, c, gpu) {
+            Err(e) => eprintln!("{}: sanitizers not run: {e}", v.file),
+            Ok(report) if report.skipped() => {
+                eprintln!("sanitizers skipped: compute-sanitizer was not found (install the CUDA toolkit's compute-sanitizer, or pass --no-sanitize)");
+                return;
+            }
+            Ok(report) => {
+                if let Some(finding) = report.finding() {
+                    v.verdict.status = Status::Incorrect;
+                    v.verdict.gate = Some(evo_eval::Gate::Sanitizer);
+                    v.verdict.detail = finding;
+                    v.matched = v.expected.as_ref().map(|e| e == v.verdict.status.name());
+                }
+                v.sanitizer = Some(report);
+            }
+        }
     }
-    let ok = verdicts.iter().all(|v| match v.matched {
-        Some(m) => m,
-        None => v.verdict.status == Status::Evaluated,
-    });
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// The run-time variables of a shape in the problem's order, e.g. `M=77 N=130 K=264`.
@@ -236,14 +409,19 @@ pub fn shape_text(problem: &dyn evo_kernels::Problem, v: &Vars) -> String {
 fn print_human(
     problem: &dyn evo_kernels::Problem,
     verdicts: &[FileVerdict],
-    device: &evo_gpu::device::DeviceInfo,
+    device: Option<&evo_gpu::device::DeviceInfo>,
+    arch: &str,
 ) {
-    println!(
-        "device: {} (sm_{}{})",
-        device.name, device.compute_capability.0, device.compute_capability.1
-    );
+    match device {
+        Some(d) => println!(
+            "device: {} (sm_{}{})",
+            d.name, d.compute_capability.0, d.compute_capability.1
+        ),
+        None => println!("device: none (compile, static and ABI checks only, for {arch})"),
+    }
     if verdicts.len() == 1 {
-        let v = &verdicts[0].verdict;
+        let f = &verdicts[0];
+        let v = &f.verdict;
         println!("{}", v.label);
         let gate = |name: &str, state: String| println!("  {name:<12} {state}");
         match &v.compile {
@@ -278,6 +456,29 @@ fn print_human(
                     k.blocks_per_sm,
                     k.tensor_ops.as_ref().map(|t| format!(", tensor ops {t:?}")).unwrap_or_default()
                 ),
+            );
+        }
+        if !f.decided {
+            gate("correctness", "needs a GPU".into());
+            return;
+        }
+        if let Some(r) = &f.sanitizer {
+            let counts: Vec<String> = r
+                .tools
+                .iter()
+                .map(|(t, rep)| match rep {
+                    evo_eval::profile::ToolReport::Sanitizer { errors, .. } => {
+                        format!("{t} {errors}")
+                    }
+                    _ => format!("{t} ?"),
+                })
+                .collect();
+            gate(
+                "sanitizer",
+                match r.finding() {
+                    None => format!("ok: {} errors ({:.1} s)", counts.join(", "), r.seconds),
+                    Some(x) => format!("FINDING: {x}"),
+                },
             );
         }
         match v.status {
@@ -368,7 +569,11 @@ fn print_human(
                 .map(|n| n.to_string_lossy().to_string())
                 .unwrap_or_default(),
             f.expected.clone().unwrap_or_else(|| "-".into()),
-            f.verdict.status.name().to_string(),
+            if f.decided {
+                f.verdict.status.name().to_string()
+            } else {
+                "needs GPU".into()
+            },
             mark.to_string(),
             detail,
         ]);

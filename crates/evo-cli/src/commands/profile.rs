@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target, Vars};
-use evo_eval::profile::{self, ToolReport};
+use evo_eval::profile::{self, LaunchPlan, ToolReport};
 use evo_eval::protocol::ShapeJob;
 use evo_gpu::runtime::Gpu;
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::harness::InputKind;
 use evo_kernels::{handwritten, Family, Specializations};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::output::{print_json, table};
 use crate::setup;
@@ -228,14 +228,6 @@ enum Launch {
     Plan(std::path::PathBuf, String),
 }
 
-/// A family variant's kernels on one shape, as the evaluator launches them (`evo profile`
-/// writes it, `evo run-once --plan` reads it).
-#[derive(Serialize, Deserialize)]
-struct LaunchPlan {
-    kernels: Vec<String>,
-    shape: ShapeJob,
-}
-
 /// Compiles `source` for the GPU, launches it once on random inputs (every kernel of the
 /// plan in order, with its arguments, tensor maps and scratch; or one kernel with the
 /// problem's ABI by `launch`), and exits.
@@ -295,7 +287,9 @@ pub fn run_once(
         f.set_max_dynamic_smem(dims.shared_bytes)?;
         functions.push(f);
     }
-    let inputs = problem.generate(&shape, InputKind::Random, 1);
+    // The plain call (contiguous tensors, default scalars).
+    let call = problem.default_call(&shape);
+    let inputs = problem.generate(&shape, &call, InputKind::Random, 1);
     let bufs = inputs
         .iter()
         .map(|t| g.alloc(t.bytes.len()))
@@ -318,10 +312,13 @@ pub fn run_once(
         output: out.ptr(),
         scratch: &scratch_ptrs,
     };
-    let abi = problem.args(&shape);
+    let abi = problem.call_args(&shape, &call);
     for (i, (f, dims)) in functions.iter().zip(&plan.shape.launches).enumerate() {
-        let slots = plan.shape.args.get(i).unwrap_or(&abi);
-        let args = evo_eval::worker::bind_args(slots, &pointers).map_err(|e| anyhow!(e))?;
+        let slots = match plan.shape.args.get(i) {
+            Some(own) => evo_kernels::bind_abi(own, &abi).map_err(|e| anyhow!(e))?,
+            None => abi.clone(),
+        };
+        let args = evo_eval::worker::bind_args(&slots, &pointers).map_err(|e| anyhow!(e))?;
         g.launch(f, dims, &args)?;
     }
     g.synchronize()?;

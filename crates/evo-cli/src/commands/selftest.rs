@@ -107,7 +107,9 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
         let bases = base_shapes(*p);
         let mut shapes = bases.clone();
         shapes.extend(p.edge_shapes(&bases));
-        if p.reference(&shapes[0]).is_none() {
+        if p.reference(&shapes[0], &p.default_call(&shapes[0]))
+            .is_none()
+        {
             rows.push(CheckRow {
                 group: "reference",
                 name: p.name().into(),
@@ -122,82 +124,91 @@ fn references(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Resul
         // One module per distinct reference source (most shapes share one).
         let mut modules = std::collections::HashMap::new();
         for s in &shapes {
-            let r = p.reference(s).expect("checked above");
-            if !modules.contains_key(r.source) {
-                let compiled = compiler.compile(&CompileRequest {
-                    name: format!("{}_reference.cu", p.name()),
-                    source: r.source.to_string(),
-                })?;
-                anyhow::ensure!(
-                    compiled.success,
-                    "reference of {} does not compile:\n{}",
-                    p.name(),
-                    compiled.log
-                );
-                let module =
-                    gpu.load_module(compiled.cubin.as_deref().expect("success has a cubin"))?;
-                modules.insert(r.source, module);
-            }
-            let f = modules[r.source].function(&r.entry)?;
-            for kind in [
-                InputKind::Random,
-                InputKind::Zeros,
-                InputKind::Large,
-                InputKind::OneHot,
-            ] {
-                let inputs = p.generate(s, kind, 12345);
-                let bufs = inputs
-                    .iter()
-                    .map(|t| gpu.alloc(t.bytes.len()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                for (b, t) in bufs.iter().zip(&inputs) {
-                    gpu.upload(b, &t.bytes)?;
+            // The plain call and one a caller may make (its own layouts and scale): the
+            // reference must follow every stride and scalar the ABI allows.
+            for call in [p.default_call(s), p.varied_call(s, 777, &[])] {
+                let r = p.reference(s, &call).expect("checked above");
+                if !modules.contains_key(r.source) {
+                    let compiled = compiler.compile(&CompileRequest {
+                        name: format!("{}_reference.cu", p.name()),
+                        source: r.source.to_string(),
+                    })?;
+                    anyhow::ensure!(
+                        compiled.success,
+                        "reference of {} does not compile:\n{}",
+                        p.name(),
+                        compiled.log
+                    );
+                    let module =
+                        gpu.load_module(compiled.cubin.as_deref().expect("success has a cubin"))?;
+                    modules.insert(r.source, module);
                 }
-                let out = gpu.alloc(p.output(s).len * 4)?;
-                let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
-                let args = evo_eval::worker::bind_args(
-                    &r.args,
-                    &evo_eval::worker::CallPointers {
-                        inputs: &ptrs,
-                        output: out.ptr(),
-                        scratch: &[],
-                    },
-                )
-                .map_err(|e| anyhow::anyhow!(e))?;
-                gpu.launch(&f, &r.launch, &args)?;
-                gpu.synchronize()?;
-                let got: Vec<f64> = gpu
-                    .download(&out)?
-                    .chunks(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-                    .collect();
-                let want = p.cpu_reference(s, &inputs);
-                let (mut e2, mut r2) = (0f64, 0f64);
-                let mut finite = true;
-                for (g, w) in got.iter().zip(&want) {
-                    finite &= g.is_finite();
-                    e2 += (g - w).powi(2);
-                    r2 += w * w;
-                }
-                let rel = if r2 > 0.0 {
-                    (e2 / r2).sqrt()
-                } else {
-                    e2.sqrt()
-                };
-                worst = worst.max(rel);
-                count += 1;
-                // Problems compared bit for bit (fp8_quantize: the GPU rule against the host
-                // rule of evo-kernels' fp8 module) must agree exactly.
-                let bound = if p.tolerance(s).rel_l2 == 0.0 {
-                    0.0
-                } else {
-                    1e-4
-                };
-                if !finite || rel > bound {
-                    failures.push(format!(
-                        "{s:?} {kind:?}: rel L2 {rel:.2e}{}",
-                        if finite { "" } else { ", not finite" }
-                    ));
+                let f = modules[r.source].function(&r.entry)?;
+                for kind in [
+                    InputKind::Random,
+                    InputKind::Zeros,
+                    InputKind::Large,
+                    InputKind::OneHot,
+                    InputKind::Rows,
+                ] {
+                    let inputs = p.generate(s, &call, kind, 12345);
+                    let bufs = inputs
+                        .iter()
+                        .zip(&call.layouts)
+                        .map(|(t, l)| {
+                            let laid = l.scatter(t, &t.elem.nan_bytes());
+                            let b = gpu.alloc(laid.bytes.len())?;
+                            gpu.upload(&b, &laid.bytes)?;
+                            Ok(b)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let out = gpu.alloc(p.output(s).len * 4)?;
+                    let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
+                    let args = evo_eval::worker::bind_args(
+                        &r.args,
+                        &evo_eval::worker::CallPointers {
+                            inputs: &ptrs,
+                            output: out.ptr(),
+                            scratch: &[],
+                        },
+                    )
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                    gpu.launch(&f, &r.launch, &args)?;
+                    gpu.synchronize()?;
+                    let got: Vec<f64> = gpu
+                        .download(&out)?
+                        .chunks(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                        .collect();
+                    let want = p.cpu_reference(s, &call, &inputs);
+                    let (mut e2, mut r2) = (0f64, 0f64);
+                    let mut finite = true;
+                    for (g, w) in got.iter().zip(&want) {
+                        finite &= g.is_finite();
+                        e2 += (g - w).powi(2);
+                        r2 += w * w;
+                    }
+                    let rel = if r2 > 0.0 {
+                        (e2 / r2).sqrt()
+                    } else {
+                        e2.sqrt()
+                    };
+                    worst = worst.max(rel);
+                    count += 1;
+                    // Problems compared bit for bit (fp8_quantize: the GPU rule against the host
+                    // rule of evo-kernels' fp8 module) must agree exactly.
+                    let bound = if p.tolerance(s).rel_l2 == 0.0 {
+                        0.0
+                    } else {
+                        1e-4
+                    };
+                    if !finite || rel > bound {
+                        failures.push(format!(
+                            "{s:?} {kind:?} ({}): rel L2 {rel:.2e}{}",
+                            call.describe(&[]),
+                            if finite { "" } else { ", not finite" }
+                        ));
+                    }
                 }
             }
         }
@@ -235,9 +246,17 @@ fn timing_checks(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Re
     };
     for us in [10.0f64, 50.0] {
         let ns = (us * 1e3) as i64;
-        let (samples, per_graph) = measure(gpu, &plan, 1, |g, _| {
-            g.launch(&spin, &one, &[KernelArg::I64(ns)])
-        })?;
+        // The gate's method: a replay launches each "set" once; enough of them that a
+        // replay lasts about `sample_ms`.
+        let per_graph = ((plan.sample_ms * 1e3 / us).ceil() as usize).max(1);
+        let samples = measure(
+            gpu,
+            &plan,
+            per_graph,
+            |g, _| g.launch(&spin, &one, &[KernelArg::I64(ns)]),
+            |_, _| Ok::<(), anyhow::Error>(()),
+            |_, _| Ok(()),
+        )?;
         let (median, p20, p80) = timing::summary(&samples);
         // A spin of T µs cannot take less than T; launch gaps inside a graph add a little.
         let passed = median >= us && median <= us * 1.05 + 1.5;
@@ -263,17 +282,24 @@ fn timing_checks(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Re
         block: [256, 1, 1],
         shared_bytes: 0,
     };
-    let (samples, _) = measure(gpu, &plan, 1, |g, _| {
-        g.launch(
-            &copy,
-            &dims,
-            &[
-                KernelArg::Ptr(a.ptr()),
-                KernelArg::Ptr(b.ptr()),
-                KernelArg::I64(n),
-            ],
-        )
-    })?;
+    let samples = measure(
+        gpu,
+        &plan,
+        4,
+        |g, _| {
+            g.launch(
+                &copy,
+                &dims,
+                &[
+                    KernelArg::Ptr(a.ptr()),
+                    KernelArg::Ptr(b.ptr()),
+                    KernelArg::I64(n),
+                ],
+            )
+        },
+        |_, _| Ok::<(), anyhow::Error>(()),
+        |_, _| Ok(()),
+    )?;
     let (median, _, _) = timing::summary(&samples);
     let gbps = 2.0 * n as f64 * 16.0 / (median * 1e-6) / 1e9;
     rows.push(CheckRow {
@@ -343,6 +369,7 @@ fn isolation(
                 label: name.to_string(),
                 source: source.to_string(),
                 kernels: vec![rule.kernel.clone()],
+                contiguous: vec![],
                 shapes: vec![CandidateShape {
                     vars: shape.clone(),
                     launches: vec![rule.eval(&shape)?],

@@ -134,6 +134,11 @@ pub struct Variant {
     /// contents on entry do not matter: the gates poisoned them with NaN).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scratch: Vec<ScratchText>,
+    /// Tensors (q, k, v, o) the kernels read or write only contiguous (the family's
+    /// `contiguous`): the gates tested them contiguous, so a caller passes them so (the
+    /// PyTorch loader copies); every other tensor may have any strides the ABI allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contiguous: Vec<String>,
     /// Per kernel, from ptxas.
     pub resources: Vec<KernelResources>,
     /// Tensor-core instructions in the SASS, by opcode (when cuobjdump was found).
@@ -771,6 +776,7 @@ mod tests {
                     launches: texts.launches,
                     constants: texts.constants,
                     scratch: texts.scratch,
+                    contiguous: f.contiguous.clone(),
                     resources: vec![],
                     tensor_ops: None,
                     compile_key: String::new(),

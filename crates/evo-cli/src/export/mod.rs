@@ -302,6 +302,7 @@ fn build_variant(
         launches: texts.launches,
         constants: texts.constants,
         scratch: texts.scratch,
+        contiguous: l.family.contiguous.clone(),
         resources: compiled.kernels.clone(),
         tensor_ops,
         compile_key_matches_search: search_key.map(|k| k == compiled.key),

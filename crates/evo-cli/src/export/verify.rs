@@ -169,6 +169,7 @@ fn prepare(
             source,
             kernels: v.launches.iter().map(|l| l.kernel.clone()).collect(),
             shapes: cshapes,
+            contiguous: v.contiguous.clone(),
         },
         compiled: Compiled {
             key: super::manifest::sha256_hex(&cubin),

@@ -14,7 +14,7 @@ use evo_core::{LaunchDims, Vars};
 use super::DTYPES;
 use crate::fp8;
 use crate::harness::{
-    dtype, int, normal, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind,
+    dtype, int, normal, one_hot_rows, rng, ArgSlot, Call, ElemType, HostTensor, InputKind,
     ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
@@ -116,7 +116,7 @@ impl Problem for Fp8Quantize {
         }
     }
 
-    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
+    fn call_args(&self, s: &Vars, _: &Call) -> Vec<ArgSlot> {
         vec![
             ArgSlot::Input(0),
             ArgSlot::Output,
@@ -125,11 +125,11 @@ impl Problem for Fp8Quantize {
         ]
     }
 
-    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, _: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let (slices, len) = (int(s, "SLICES") as usize, int(s, "LEN") as usize);
         let mut r = rng(seed, 0);
         let mut v = match kind {
-            InputKind::Random => normal(&mut r, slices * len, 1.0),
+            InputKind::Random | InputKind::Rows => normal(&mut r, slices * len, 1.0),
             // Every other slice all zero, next to normal ones.
             InputKind::Zeros => {
                 let mut v = normal(&mut r, slices * len, 1.0);
@@ -154,7 +154,7 @@ impl Problem for Fp8Quantize {
         vec![HostTensor::from_f32(dtype(s), &v)]
     }
 
-    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
+    fn reference(&self, s: &Vars, _: &Call) -> Option<ReferenceKernel> {
         let suffix = if dtype(s) == ElemType::Bf16 {
             "bf16"
         } else {
@@ -172,7 +172,7 @@ impl Problem for Fp8Quantize {
         })
     }
 
-    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
+    fn cpu_reference(&self, s: &Vars, _: &Call, inputs: &[HostTensor]) -> Vec<f64> {
         Self::expected(s, &inputs[0])
             .into_iter()
             .map(f64::from)
@@ -226,7 +226,7 @@ mod tests {
         // The zero-tensor bug (descale 1/448 for the zero slice) changes the bytes.
         assert_ne!(&out[16..20], &(1.0f32 / 448.0).to_le_bytes());
         // Zeros inputs have zero slices next to normal ones.
-        let z = Fp8Quantize.generate(&s, InputKind::Zeros, 1);
+        let z = Fp8Quantize.generate(&s, &Fp8Quantize.default_call(&s), InputKind::Zeros, 1);
         let zo = Fp8Quantize::expected(&s, &z[0]);
         assert_eq!(&zo[16..20], &1.0f32.to_le_bytes());
         assert_ne!(&zo[20..24], &1.0f32.to_le_bytes());

@@ -5,8 +5,8 @@ use rand::Rng;
 
 use super::{half_precision_tolerance, DTYPES};
 use crate::harness::{
-    dtype, int, one_hot_rows, rng, seeded_values, ArgSlot, ElemType, HostTensor, InputKind,
-    ReferenceKernel, TensorSpec, Tolerance,
+    dtype, int, one_hot_rows, rng, seeded_values, ArgSlot, Call, ElemType, HostTensor, InputKind,
+    Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -28,7 +28,8 @@ impl Problem for Gemm {
         "extern \"C\" __global__ void gemm(const T* a, const T* b, T* c, int m, int n, int k, int lda, int ldb, int ldc)\n\
          C[i][j] = sum_l A[i][l] * B[j][l] (A: m x k, B: n x k, both row-major, K contiguous; C: m x n, row stride ldc),\n\
          float32 accumulation, T = __half (DTYPE f16) or __nv_bfloat16 (DTYPE bf16).\n\
-         Caller guarantees m, n >= 1, k % 8 == 0, lda and ldb multiples of 8, 16-byte aligned pointers."
+         Caller guarantees m, n >= 1, k % 8 == 0, lda >= k and ldb >= k multiples of 8, ldc = n or a multiple of 8 above n, 16-byte\n\
+         aligned pointers."
     }
 
     fn spec_vars(&self) -> &'static [VarDecl] {
@@ -104,8 +105,45 @@ impl Problem for Gemm {
         }
     }
 
-    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
+    fn default_call(&self, s: &Vars) -> Call {
+        let (m, n, k) = mnk(s);
+        Call {
+            layouts: vec![
+                Layout::contiguous(&[m, k]),
+                Layout::contiguous(&[n, k]),
+                Layout::contiguous(&[m, n]),
+            ],
+            scalars: Vec::new(),
+        }
+    }
+
+    fn varied_call(&self, s: &Vars, seed: u64, contiguous: &[bool]) -> Call {
+        // Row strides lda, ldb, ldc: the row length, or a multiple of 8 elements above it.
+        let (m, n, k) = mnk(s);
+        let mut r = rng(seed, 0x1a70);
+        let mut rows = |i: usize, rows: usize, cols: usize| {
+            let pad = if contiguous.get(i).copied().unwrap_or(false) {
+                0
+            } else {
+                [0, 1, 3, 8][r.random_range(0..4)]
+            };
+            let ld = if pad == 0 {
+                cols
+            } else {
+                cols.div_ceil(8) * 8 + 8 * pad
+            };
+            Layout::new(vec![rows, cols], vec![ld, 1], rows * ld)
+                .expect("padded rows never overlap")
+        };
+        Call {
+            layouts: vec![rows(0, m, k), rows(1, n, k), rows(2, m, n)],
+            scalars: Vec::new(),
+        }
+    }
+
+    fn call_args(&self, s: &Vars, call: &Call) -> Vec<ArgSlot> {
         let (m, n, k) = (int(s, "M") as i32, int(s, "N") as i32, int(s, "K") as i32);
+        let ld = |i: usize| ArgSlot::I32(call.layouts[i].strides[0] as i32);
         vec![
             ArgSlot::Input(0),
             ArgSlot::Input(1),
@@ -113,13 +151,13 @@ impl Problem for Gemm {
             ArgSlot::I32(m),
             ArgSlot::I32(n),
             ArgSlot::I32(k),
-            ArgSlot::I32(k),
-            ArgSlot::I32(k),
-            ArgSlot::I32(n),
+            ld(0),
+            ld(1),
+            ld(2),
         ]
     }
 
-    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, _: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let (m, n, k) = mnk(s);
         let elem = dtype(s);
         let uniform = |t: usize, len: usize, lo: f32, hi: f32| -> Vec<f32> {
@@ -128,7 +166,9 @@ impl Problem for Gemm {
             })
         };
         let (a, b) = match kind {
-            InputKind::Random => (uniform(0, m * k, -1.0, 1.0), uniform(1, n * k, -1.0, 1.0)),
+            InputKind::Random | InputKind::Rows => {
+                (uniform(0, m * k, -1.0, 1.0), uniform(1, n * k, -1.0, 1.0))
+            }
             InputKind::Zeros => (vec![0.0; m * k], vec![0.0; n * k]),
             InputKind::Large => {
                 // |C| <= k * L^2 stays under the fp16 maximum (65504).
@@ -154,8 +194,11 @@ impl Problem for Gemm {
         ]
     }
 
-    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
+    fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {
         let (m, n, _) = mnk(s);
+        // The call's inputs; a contiguous float32 output (ldc = n).
+        let mut args = self.call_args(s, call);
+        *args.last_mut().expect("ldc") = ArgSlot::I32(n as i32);
         let suffix = if dtype(s) == ElemType::Bf16 {
             "bf16"
         } else {
@@ -164,7 +207,7 @@ impl Problem for Gemm {
         Some(ReferenceKernel {
             source: include_str!("gemm_reference.cu"),
             entry: format!("gemm_reference_{suffix}"),
-            args: self.args(s),
+            args,
             launch: LaunchDims {
                 // x over columns (n), y over rows (m), as the kernel indexes them.
                 grid: [n.div_ceil(16) as u32, m.div_ceil(16) as u32, 1],
@@ -174,7 +217,7 @@ impl Problem for Gemm {
         })
     }
 
-    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
+    fn cpu_reference(&self, s: &Vars, _: &Call, inputs: &[HostTensor]) -> Vec<f64> {
         let (m, n, k) = mnk(s);
         let (a, b) = (inputs[0].to_f64(), inputs[1].to_f64());
         let mut c = vec![0.0; m * n];

@@ -3,9 +3,12 @@
 use evo_core::{Value, Vars};
 
 use super::{half_precision_tolerance, DTYPES};
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::Rng;
+
 use crate::harness::{
-    dtype, int, normal_values, one_hot_rows, rng, ArgSlot, ElemType, HostTensor, InputKind,
-    ReferenceKernel, TensorSpec, Tolerance,
+    dtype, int, normal_values, one_hot_rows, rng, ArgSlot, Call, ElemType, HostTensor, InputKind,
+    Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -49,7 +52,9 @@ impl Problem for Sdpa {
          contiguous, strides in elements). O = softmax(softmax_scale * Q Kᵀ) V per (b, h), float32 accumulation;\n\
          with CAUSAL, key j is visible to query i iff j <= i (PyTorch's top-left alignment, also for\n\
          seq_q != seq_kv). T = __half (DTYPE f16) or __nv_bfloat16 (bf16); HEAD_DIM and CAUSAL are compile-time.\n\
-         Any seq_q, seq_kv >= 1; pointers 16-byte aligned, seq strides multiples of 8."
+         Any seq_q, seq_kv >= 1; any strides that keep the elements apart (batch, head and seq strides\n\
+         non-negative multiples of 8, e.g. padded rows or PyTorch's (batch, seq, heads, dim) layout), each\n\
+         tensor its own; pointers 16-byte aligned; softmax_scale finite and > 0."
     }
 
     fn spec_vars(&self) -> &'static [VarDecl] {
@@ -116,9 +121,11 @@ impl Problem for Sdpa {
     }
 
     fn min_bytes(&self, s: &Vars) -> f64 {
-        let bh = (int(s, "BATCH") * int(s, "HEADS") * int(s, "HEAD_DIM")) as f64;
-        // q and o over SEQ_Q, k and v over SEQ_KV, 2 bytes per element.
-        2.0 * bh * (2.0 * int(s, "SEQ_Q") as f64 + 2.0 * int(s, "SEQ_KV") as f64)
+        let d = Dims::of(s);
+        let bh = (d.batch * d.heads * d.head_dim) as f64;
+        // q and o over SEQ_Q, k and v over the keys some query sees (causal, top-left:
+        // none past SEQ_Q), 2 bytes per element.
+        2.0 * bh * (2.0 * d.seq_q as f64 + 2.0 * d.visible_keys() as f64)
     }
 
     fn inputs(&self, s: &Vars) -> Vec<TensorSpec> {
@@ -140,67 +147,52 @@ impl Problem for Sdpa {
         }
     }
 
-    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
+    fn default_call(&self, s: &Vars) -> Call {
         let d = Dims::of(s);
-        // Contiguous (batch, heads, seq, head_dim) tensors.
-        let strides = |seq: usize| {
-            let hd = d.head_dim as i64;
-            [
-                ArgSlot::I64(d.heads as i64 * seq as i64 * hd),
-                ArgSlot::I64(seq as i64 * hd),
-                ArgSlot::I64(hd),
-            ]
-        };
+        Call {
+            layouts: d
+                .tensor_dims()
+                .iter()
+                .map(|t| Layout::contiguous(t))
+                .collect(),
+            scalars: vec![d.default_scale()],
+        }
+    }
+
+    fn varied_call(&self, s: &Vars, seed: u64, contiguous: &[bool]) -> Call {
+        let d = Dims::of(s);
+        varied_attention_call(&d, dtype(s), seed, contiguous)
+    }
+
+    fn call_args(&self, s: &Vars, call: &Call) -> Vec<ArgSlot> {
+        let d = Dims::of(s);
         let mut a = vec![
             ArgSlot::Input(0),
             ArgSlot::Input(1),
             ArgSlot::Input(2),
             ArgSlot::Output,
-            ArgSlot::I32(d.batch as i32),
-            ArgSlot::I32(d.heads as i32),
-            ArgSlot::I32(d.seq_q as i32),
-            ArgSlot::I32(d.seq_kv as i32),
         ];
-        a.extend(strides(d.seq_q));
-        a.extend(strides(d.seq_kv));
-        a.extend(strides(d.seq_kv));
-        a.extend(strides(d.seq_q));
-        a.push(ArgSlot::F32(d.scale()));
+        a.extend(d.scalar_args(call, [0, 1, 2, 3]));
         a
     }
 
-    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let elem = dtype(s);
-        self.inputs(s)
+        attention_inputs(&Dims::of(s), call.scalars[0], kind, seed)
             .iter()
-            .enumerate()
-            .map(|(t, spec)| {
-                let values = match kind {
-                    InputKind::Random => normal_values(seed, t, spec.len, 1.0),
-                    InputKind::Zeros => vec![0.0; spec.len],
-                    // Logits spread over hundreds: softmax must subtract the row max.
-                    InputKind::Large => normal_values(seed, t, spec.len, 8.0),
-                    // One-hot rows of q, k and v: scores are 0 or 1 and each output
-                    // row names the keys it averaged.
-                    InputKind::OneHot => one_hot_rows(
-                        &mut rng(seed, t),
-                        spec.len / Dims::of(s).head_dim,
-                        Dims::of(s).head_dim,
-                    ),
-                };
-                HostTensor::from_f32(elem, &values)
-            })
+            .map(|values| HostTensor::from_f32(elem, values))
             .collect()
     }
 
-    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
+    fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {
         let d = Dims::of(s);
         let suffix = if dtype(s) == ElemType::Bf16 {
             "bf16"
         } else {
             "f16"
         };
-        let mut args = self.args(s);
+        // The candidate's inputs as the call lays them out; a contiguous float32 output.
+        let mut args = self.call_args(s, &d.with_contiguous_output(call));
         args.push(ArgSlot::I32(d.head_dim as i32));
         args.push(ArgSlot::I32(d.causal as i32));
         // One block of 256 threads per tile of 16 query rows of one (batch, head) (the kernel
@@ -218,9 +210,10 @@ impl Problem for Sdpa {
         })
     }
 
-    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
+    fn cpu_reference(&self, s: &Vars, call: &Call, inputs: &[HostTensor]) -> Vec<f64> {
         attention_f64(
             &Dims::of(s),
+            call.scalars[0] as f64,
             &inputs[0].to_f64(),
             &inputs[1].to_f64(),
             &inputs[2].to_f64(),
@@ -266,12 +259,176 @@ impl Problem for Sdpa {
     }
 }
 
+/// A call of an attention problem as a caller may make it: every tensor (q, k, v, o; the
+/// fp8 problem's descales stay contiguous) in a layout of its own — contiguous, PyTorch
+/// models' (batch, seq, heads, dim), or (batch, heads, seq) in any order with padding
+/// after rows, heads and batches — and a softmax scale from 0.05 to 3 times 1/sqrt(d)
+/// (log-uniform). Strides stay multiples of 16 bytes (the ABI's alignment).
+pub(crate) fn varied_attention_call(
+    d: &Dims,
+    elem: ElemType,
+    seed: u64,
+    contiguous: &[bool],
+) -> Call {
+    let mut r = rng(seed, 0x1a70);
+    let align = 16 / elem.size();
+    let mut call = Call {
+        layouts: Vec::new(),
+        scalars: vec![d.default_scale() * (r.random_range(0.05f32.ln()..3f32.ln())).exp()],
+    };
+    for (i, dims) in d.tensor_dims().iter().enumerate() {
+        let fixed = contiguous.get(i).copied().unwrap_or(false);
+        let layout = match (fixed, r.random_range(0..10)) {
+            (true, _) | (false, 0..=1) => Layout::contiguous(dims),
+            // (b, s, h, d): what `x.view(b, s, h, d).transpose(1, 2)` gives a model.
+            (false, 2..=4) => strided(dims, [0, 2, 1], [0, 0, 0]),
+            (false, _) => {
+                let mut order = [0usize, 1, 2];
+                order.shuffle(&mut r);
+                let pads = [0, 1, 3, 8].map(|p| p * align);
+                strided(
+                    dims,
+                    order,
+                    [
+                        *pads.choose(&mut r).expect("pads"),
+                        *pads.choose(&mut r).expect("pads"),
+                        *pads.choose(&mut r).expect("pads"),
+                    ],
+                )
+            }
+        };
+        call.layouts.push(layout);
+    }
+    call
+}
+
+/// A (batch, heads, seq, dim) layout whose first three dimensions are nested in `order`
+/// (outermost first), the last dimension contiguous, `pad[k]` elements after each
+/// element of the k-th nesting level (innermost first: after each row, ...).
+fn strided(dims: &[usize], order: [usize; 3], pad: [usize; 3]) -> Layout {
+    let mut strides = vec![0usize, 0, 0, 1];
+    let mut extent = dims[3];
+    for (level, &dim) in order.iter().rev().enumerate() {
+        let stride = extent + pad[level];
+        strides[dim] = stride;
+        extent = stride * dims[dim];
+    }
+    Layout::new(dims.to_vec(), strides, extent).expect("nested strides never overlap")
+}
+
+/// The logical q, k, v of an attention trial (f32 before rounding to the input type).
+/// `scale` is the call's softmax scale, which the adversarial rows aim for.
+pub(crate) fn attention_inputs(d: &Dims, scale: f32, kind: InputKind, seed: u64) -> [Vec<f32>; 3] {
+    let lens = [
+        d.batch * d.heads * d.seq_q * d.head_dim,
+        d.batch * d.heads * d.seq_kv * d.head_dim,
+        d.batch * d.heads * d.seq_kv * d.head_dim,
+    ];
+    let rows = |t: usize| lens[t] / d.head_dim;
+    let make = |t: usize| match kind {
+        InputKind::Random | InputKind::Rows => normal_values(seed, t, lens[t], 1.0),
+        InputKind::Zeros => vec![0.0; lens[t]],
+        // Logits spread over hundreds: softmax must subtract the row max.
+        InputKind::Large => normal_values(seed, t, lens[t], 8.0),
+        // One-hot rows of q, k and v: scores are 0 or 1 and each output row names the
+        // keys it averaged.
+        InputKind::OneHot => one_hot_rows(&mut rng(seed, t), rows(t), d.head_dim),
+    };
+    let mut qkv = [make(0), make(1), make(2)];
+    if kind == InputKind::Rows {
+        adversarial_rows(d, scale, seed, &mut qkv);
+    }
+    qkv
+}
+
+/// What `InputKind::Rows` plants in a head of an attention trial, among normal ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum HeadCase {
+    Normal,
+    /// Every key zero: every score 0, the output the mean of v.
+    ZeroKeys,
+    /// Every key the same: uniform weights whatever the query.
+    IdenticalKeys,
+    /// q, k and v 16 times larger.
+    Large,
+    /// One-hot rows of q, k and v.
+    OneHot,
+    /// Half the query rows score about -300 against every key: a running max started at 0
+    /// instead of -inf makes every weight exp(-300) = 0 and the row 0/0.
+    VeryNegative,
+}
+
+/// Adversarial heads and rows among normal ones; in every head but the one-hot ones,
+/// about one query row in eight is all zero (its output is the mean of the visible v rows,
+/// not zero).
+fn adversarial_rows(d: &Dims, scale: f32, seed: u64, qkv: &mut [Vec<f32>; 3]) {
+    use HeadCase::*;
+    const CASES: [HeadCase; 6] = [Normal, ZeroKeys, IdenticalKeys, Large, OneHot, VeryNegative];
+    let hd = d.head_dim;
+    let mut r = rng(seed, 0x0a0d);
+    let [q, k, v] = qkv;
+    for bh in 0..d.batch * d.heads {
+        // Every case appears in the first heads of a trial; later heads draw one.
+        let case = if bh < CASES.len() {
+            CASES[(bh + seed as usize) % CASES.len()]
+        } else {
+            CASES[r.random_range(0..CASES.len())]
+        };
+        let q_head = &mut q[bh * d.seq_q * hd..(bh + 1) * d.seq_q * hd];
+        let k_head = &mut k[bh * d.seq_kv * hd..(bh + 1) * d.seq_kv * hd];
+        let v_head = &mut v[bh * d.seq_kv * hd..(bh + 1) * d.seq_kv * hd];
+        match case {
+            Normal => {}
+            ZeroKeys => k_head.fill(0.0),
+            IdenticalKeys => {
+                let first = k_head[..hd].to_vec();
+                k_head
+                    .chunks_mut(hd)
+                    .for_each(|row| row.copy_from_slice(&first));
+            }
+            Large => {
+                for x in q_head
+                    .iter_mut()
+                    .chain(k_head.iter_mut())
+                    .chain(v_head.iter_mut())
+                {
+                    *x *= 16.0;
+                }
+            }
+            OneHot => {
+                for head in [&mut *q_head, &mut *k_head, &mut *v_head] {
+                    let n = head.len() / hd;
+                    head.copy_from_slice(&one_hot_rows(&mut r, n, hd));
+                }
+            }
+            VeryNegative => {
+                // Every key has 4 + |x| in dim 0; a query row (-c, 0, ...) scores
+                // -c * scale * (4 + |x|) <= -300 against each.
+                let c = 75.0 / scale.max(1e-3);
+                for row in k_head.chunks_mut(hd) {
+                    row[0] = 4.0 + row[0].abs();
+                }
+                for row in q_head.chunks_mut(hd).step_by(2) {
+                    row.fill(0.0);
+                    row[0] = -c;
+                }
+            }
+        }
+        if case != OneHot {
+            for row in q_head.chunks_mut(hd) {
+                if r.random_range(0..8) == 0 {
+                    row.fill(0.0);
+                }
+            }
+        }
+    }
+}
+
 /// Attention in float64 on contiguous (batch, heads, seq, head_dim) tensors: the CPU
 /// reference of `sdpa_fwd` and `sdpa_fwd_fp8` (on dequantized inputs).
-pub(crate) fn attention_f64(d: &Dims, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
+pub(crate) fn attention_f64(d: &Dims, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> Vec<f64> {
     use rayon::prelude::*;
     let hd = d.head_dim;
-    let scale = d.scale() as f64;
     let mut o = vec![0.0; d.batch * d.heads * d.seq_q * hd];
     // One output row per task (each row's sums run in the same order on any thread, so
     // the result does not depend on the thread count).
@@ -332,8 +489,55 @@ impl Dims {
         }
     }
 
+    /// Keys some query row sees: all, or with the causal mask none past `seq_q`.
+    pub fn visible_keys(&self) -> usize {
+        if self.causal {
+            self.seq_kv.min(self.seq_q)
+        } else {
+            self.seq_kv
+        }
+    }
+
     /// PyTorch's default scale, 1/sqrt(head_dim).
-    pub fn scale(&self) -> f32 {
+    pub fn default_scale(&self) -> f32 {
         1.0 / (self.head_dim as f32).sqrt()
+    }
+
+    /// The logical dimensions of q, k, v and o: (batch, heads, seq, head_dim).
+    pub fn tensor_dims(&self) -> [[usize; 4]; 4] {
+        let (b, h, d) = (self.batch, self.heads, self.head_dim);
+        [
+            [b, h, self.seq_q, d],
+            [b, h, self.seq_kv, d],
+            [b, h, self.seq_kv, d],
+            [b, h, self.seq_q, d],
+        ]
+    }
+
+    /// The sdpa_fwd arguments after the four pointers: sizes, the (batch, head, seq)
+    /// strides of q, k, v and o (`layouts` names their layouts in `call`) and the scale.
+    pub fn scalar_args(&self, call: &Call, layouts: [usize; 4]) -> Vec<ArgSlot> {
+        let mut a = vec![
+            ArgSlot::I32(self.batch as i32),
+            ArgSlot::I32(self.heads as i32),
+            ArgSlot::I32(self.seq_q as i32),
+            ArgSlot::I32(self.seq_kv as i32),
+        ];
+        for i in layouts {
+            a.extend(
+                call.layouts[i].strides[..3]
+                    .iter()
+                    .map(|&x| ArgSlot::I64(x as i64)),
+            );
+        }
+        a.push(ArgSlot::F32(call.scalars[0]));
+        a
+    }
+
+    /// `call` with the output contiguous (the reference kernels' float32 output).
+    pub fn with_contiguous_output(&self, call: &Call) -> Call {
+        let mut c = call.clone();
+        *c.layouts.last_mut().expect("output layout") = Layout::contiguous(&self.tensor_dims()[3]);
+        c
     }
 }

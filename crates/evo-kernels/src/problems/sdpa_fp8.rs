@@ -20,12 +20,12 @@ use std::sync::Mutex;
 
 use evo_core::Vars;
 
-use super::sdpa::{attention_f64, Dims};
+use super::sdpa::{attention_f64, attention_inputs, varied_attention_call, Dims};
 use super::Sdpa;
 use crate::fp8;
 use crate::harness::{
-    dtype, normal_values, one_hot_rows, rng, ArgSlot, ElemType, EndToEnd, HostTensor, InputKind,
-    ReferenceKernel, TensorSpec, Tolerance,
+    dtype, normal_values, one_hot_rows, rng, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor,
+    InputKind, Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl};
 
@@ -40,27 +40,29 @@ const V_MAGNITUDE: [f32; 4] = [1.0, 1.0 / 64.0, 1024.0, 8.0];
 
 /// The last trial's originals: the worker asks for a trial's inputs (`generate`) and
 /// then its end-to-end reference (`end_to_end`), both built from the same originals.
-type OriginalsKey = (Vars, InputKind, u64);
+type OriginalsKey = (Vars, u32, InputKind, u64);
 static LAST_ORIGINALS: Mutex<Option<(OriginalsKey, Vec<Vec<f32>>)>> = Mutex::new(None);
 
 impl SdpaFp8 {
-    /// The original (DTYPE) values of one trial, as float32, one vector per q, k, v.
-    pub fn originals(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<Vec<f32>> {
-        let key = (s.clone(), kind, seed);
+    /// The original (DTYPE) values of one trial, as float32, one vector per q, k, v
+    /// (logical order); `scale` is the call's softmax scale (adversarial rows aim for it).
+    pub fn originals(&self, s: &Vars, scale: f32, kind: InputKind, seed: u64) -> Vec<Vec<f32>> {
+        let key = (s.clone(), scale.to_bits(), kind, seed);
         let mut last = LAST_ORIGINALS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((k, values)) = last.as_ref() {
             if *k == key {
                 return values.clone();
             }
         }
-        let values = Self::make_originals(s, kind, seed);
+        let values = Self::make_originals(s, scale, kind, seed);
         *last = Some((key, values.clone()));
         values
     }
 
-    fn make_originals(s: &Vars, kind: InputKind, seed: u64) -> Vec<Vec<f32>> {
+    fn make_originals(s: &Vars, scale: f32, kind: InputKind, seed: u64) -> Vec<Vec<f32>> {
         let d = Dims::of(s);
         let elem = dtype(s);
+        let rows = (kind == InputKind::Rows).then(|| attention_inputs(&d, scale, kind, seed));
         [d.seq_q, d.seq_kv, d.seq_kv]
             .iter()
             .enumerate()
@@ -70,6 +72,7 @@ impl SdpaFp8 {
                 let mut r = rng(seed, t);
                 let values: Vec<f32> = match kind {
                     InputKind::Random => normal_values(seed, t, len, 1.0),
+                    InputKind::Rows => rows.as_ref().expect("rows made above")[t].clone(),
                     // Even heads all zero, odd heads normal.
                     InputKind::Zeros => {
                         let mut v = normal_values(seed, t, len, 1.0);
@@ -129,7 +132,8 @@ impl Problem for SdpaFp8 {
          As sdpa_fwd, with q, k, v e4m3 codes (strides in elements = bytes) and X(b, h, s, d) =\n\
          decode(X[...]) * X_descale[b * heads + h] (one float32 descale per (batch, head); the quantizer's\n\
          rule: descale = amax / 448, 1 for an all-zero head). O is T = __half (DTYPE f16) or __nv_bfloat16\n\
-         (bf16). Any seq_q, seq_kv >= 1; pointers 16-byte aligned, seq strides multiples of 16."
+         (bf16). Any seq_q, seq_kv >= 1; q, k, v, o each in a layout of its own (batch, head and seq strides\n\
+         non-negative multiples of 16, elements apart); pointers 16-byte aligned; softmax_scale finite and > 0."
     }
 
     fn spec_vars(&self) -> &'static [VarDecl] {
@@ -148,7 +152,7 @@ impl Problem for SdpaFp8 {
         let d = Dims::of(s);
         let bh = (d.batch * d.heads) as f64;
         // q, k, v one byte per element (and three descales per (b, h)), o two bytes.
-        bh * (d.head_dim as f64 * (3.0 * d.seq_q as f64 + 2.0 * d.seq_kv as f64) + 12.0)
+        bh * (d.head_dim as f64 * (3.0 * d.seq_q as f64 + 2.0 * d.visible_keys() as f64) + 12.0)
     }
 
     fn inputs(&self, s: &Vars) -> Vec<TensorSpec> {
@@ -173,19 +177,39 @@ impl Problem for SdpaFp8 {
         Sdpa.output(s)
     }
 
-    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
+    fn default_call(&self, s: &Vars) -> Call {
+        with_descales(&Dims::of(s), Sdpa.default_call(s))
+    }
+
+    fn varied_call(&self, s: &Vars, seed: u64, contiguous: &[bool]) -> Call {
+        // q, k, v and o as sdpa_fwd varies them (e4m3: strides multiples of 16 bytes); the
+        // descales are arrays of their own.
+        let flags: Vec<bool> = [0, 1, 2, 6]
+            .iter()
+            .map(|&i| contiguous.get(i).copied().unwrap_or(false))
+            .collect();
+        let d = Dims::of(s);
+        with_descales(&d, varied_attention_call(&d, ElemType::E4m3, seed, &flags))
+    }
+
+    fn call_args(&self, s: &Vars, call: &Call) -> Vec<ArgSlot> {
         // sdpa_fwd's arguments with the three descale pointers after o.
-        let mut a = Sdpa.args(s);
-        a.splice(
-            4..4,
-            [ArgSlot::Input(3), ArgSlot::Input(4), ArgSlot::Input(5)],
-        );
+        let mut a = vec![
+            ArgSlot::Input(0),
+            ArgSlot::Input(1),
+            ArgSlot::Input(2),
+            ArgSlot::Output,
+            ArgSlot::Input(3),
+            ArgSlot::Input(4),
+            ArgSlot::Input(5),
+        ];
+        a.extend(Dims::of(s).scalar_args(call, [0, 1, 2, 6]));
         a
     }
 
-    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let d = Dims::of(s);
-        let originals = self.originals(s, kind, seed);
+        let originals = self.originals(s, call.scalars[0], kind, seed);
         let mut codes = Vec::new();
         let mut descales = Vec::new();
         for (values, seq) in originals.iter().zip([d.seq_q, d.seq_kv, d.seq_kv]) {
@@ -200,16 +224,27 @@ impl Problem for SdpaFp8 {
         codes
     }
 
-    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
-        let mut r = Sdpa.reference(s)?;
-        let mut args = self.args(s);
+    fn random_fill(&self, _: &Vars, input: usize) -> Fill {
+        // Codes spread over e4m3's range as the quantizer leaves them (|x| up to 448 for a
+        // head's largest value), descales of a unit-variance head (amax about 4, / 448).
+        if input < 3 {
+            Fill::Normal(100.0)
+        } else {
+            Fill::Uniform(0.005, 0.012)
+        }
+    }
+
+    fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {
+        let d = Dims::of(s);
+        let mut r = Sdpa.reference(s, &Sdpa.default_call(s))?;
+        let mut args = self.call_args(s, &d.with_contiguous_output(call));
         args.extend_from_slice(&r.args[r.args.len() - 2..]); // head_dim, causal
         r.args = args;
         r.entry = "sdpa_fp8_reference".into();
         Some(r)
     }
 
-    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
+    fn cpu_reference(&self, s: &Vars, call: &Call, inputs: &[HostTensor]) -> Vec<f64> {
         let d = Dims::of(s);
         let deq = |t: usize| -> Vec<f64> {
             let n = inputs[t].len() / inputs[t + 3].len();
@@ -217,7 +252,11 @@ impl Problem for SdpaFp8 {
                 .map(|i| inputs[t].get(i) * inputs[t + 3].get(i / n))
                 .collect()
         };
-        attention_f64(&d, &deq(0), &deq(1), &deq(2))
+        attention_f64(&d, call.scalars[0] as f64, &deq(0), &deq(1), &deq(2))
+    }
+
+    fn compute_elem(&self, _: &Vars) -> ElemType {
+        ElemType::E4m3
     }
 
     fn tolerance(&self, s: &Vars) -> Tolerance {
@@ -239,16 +278,19 @@ impl Problem for SdpaFp8 {
         }
     }
 
-    fn end_to_end(&self, s: &Vars, kind: InputKind, seed: u64) -> Option<EndToEnd> {
+    fn end_to_end(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Option<EndToEnd> {
         let elem = dtype(s);
         let inputs = self
-            .originals(s, kind, seed)
+            .originals(s, call.scalars[0], kind, seed)
             .iter()
             .map(|v| HostTensor::from_f32(elem, v))
             .collect();
+        // The originals are contiguous; the scale is the call's.
+        let mut plain = Sdpa.default_call(s);
+        plain.scalars = call.scalars.clone();
         Some(EndToEnd {
             inputs,
-            reference: Sdpa.reference(s)?,
+            reference: Sdpa.reference(s, &plain)?,
             // q, k and v each rounded to e4m3 (about 2.6% RMS per element), then P: the
             // logits move by about 4% of their spread, the output by several percent.
             tolerance: Tolerance {
@@ -263,6 +305,16 @@ impl Problem for SdpaFp8 {
     fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars> {
         Sdpa.edge_shapes(shapes)
     }
+}
+
+/// An sdpa_fwd call (q, k, v, o) as an sdpa_fwd_fp8 call: contiguous descale arrays
+/// after v, the output last.
+fn with_descales(d: &Dims, mut call: Call) -> Call {
+    let o = call.layouts.pop().expect("output layout");
+    let descale = Layout::contiguous(&[d.batch * d.heads]);
+    call.layouts
+        .extend([descale.clone(), descale.clone(), descale, o]);
+    call
 }
 
 #[cfg(test)]
@@ -288,9 +340,9 @@ mod tests {
     #[test]
     fn descales_are_per_head_and_follow_the_rule() {
         let s = shape(2, 4, 5, 7, false);
-        let t = SdpaFp8.generate(&s, InputKind::Large, 3);
+        let t = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), InputKind::Large, 3);
         assert_eq!(t.len(), 6);
-        let orig = SdpaFp8.originals(&s, InputKind::Large, 3);
+        let orig = SdpaFp8.originals(&s, Dims::of(&s).default_scale(), InputKind::Large, 3);
         let v_descale = t[5].to_f64();
         assert_eq!(v_descale.len(), 8);
         for bh in 0..8 {
@@ -300,7 +352,7 @@ mod tests {
         // Magnitudes really differ by head: head 2's v scale is 2^16 times head 1's.
         assert!(v_descale[2] / v_descale[1] > 1e4, "{v_descale:?}");
         // Zeros: even heads are all zero with descale 1, odd heads are not.
-        let z = SdpaFp8.generate(&s, InputKind::Zeros, 3);
+        let z = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), InputKind::Zeros, 3);
         let qd = z[3].to_f64();
         assert_eq!(qd[0], 1.0);
         assert_eq!(qd[2], 1.0);
@@ -312,11 +364,17 @@ mod tests {
     fn reference_on_dequantized_inputs_is_close_to_the_original() {
         let s = shape(1, 2, 9, 13, true);
         for kind in [InputKind::Random, InputKind::Large] {
-            let t = SdpaFp8.generate(&s, kind, 11);
-            let deq = SdpaFp8.cpu_reference(&s, &t);
-            let orig = SdpaFp8.originals(&s, kind, 11);
+            let t = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), kind, 11);
+            let deq = SdpaFp8.cpu_reference(&s, &SdpaFp8.default_call(&s), &t);
+            let orig = SdpaFp8.originals(&s, Dims::of(&s).default_scale(), kind, 11);
             let f = |v: &Vec<f32>| v.iter().map(|x| *x as f64).collect::<Vec<_>>();
-            let exact = attention_f64(&Dims::of(&s), &f(&orig[0]), &f(&orig[1]), &f(&orig[2]));
+            let exact = attention_f64(
+                &Dims::of(&s),
+                Dims::of(&s).default_scale() as f64,
+                &f(&orig[0]),
+                &f(&orig[1]),
+                &f(&orig[2]),
+            );
             let norm = exact.iter().map(|x| x * x).sum::<f64>().sqrt();
             let err = deq
                 .iter()
@@ -324,7 +382,11 @@ mod tests {
                 .map(|(a, b)| (a - b).powi(2))
                 .sum::<f64>()
                 .sqrt();
-            let bound = SdpaFp8.end_to_end(&s, kind, 11).unwrap().tolerance.rel_l2;
+            let bound = SdpaFp8
+                .end_to_end(&s, &SdpaFp8.default_call(&s), kind, 11)
+                .unwrap()
+                .tolerance
+                .rel_l2;
             // Input quantization alone stays well inside the end-to-end bound ...
             assert!(err / norm < bound / 2.0, "{kind:?}: {}", err / norm);
             // ... and is not zero (the inputs really went through e4m3).
@@ -346,7 +408,7 @@ mod tests {
                 t[4].get(bh) as f32,
                 t[5].get(bh) as f32,
             );
-            let scale_log2 = d.scale() * std::f32::consts::LOG2_E * qd * kd;
+            let scale_log2 = d.default_scale() * std::f32::consts::LOG2_E * qd * kd;
             let (qb, kb) = (bh * d.seq_q * hd, bh * d.seq_kv * hd);
             for i in 0..d.seq_q {
                 let visible = if d.causal {
@@ -413,21 +475,30 @@ mod tests {
                 InputKind::Large,
                 InputKind::OneHot,
             ] {
-                let t = SdpaFp8.generate(&s, kind, 5);
-                let want = SdpaFp8.cpu_reference(&s, &t);
+                let t = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), kind, 5);
+                let want = SdpaFp8.cpu_reference(&s, &SdpaFp8.default_call(&s), &t);
                 let (worst, rel) = check(&emulate_kernel(&s, &t), &want);
                 eprintln!("{kind:?} ({b},{h},{n},{causal}): {worst:.3} of the element bound, rel L2 {rel:.2e}");
                 // At most half of the allowance: a correct kernel passes with margin.
                 assert!(worst < 0.5, "{kind:?} {s:?}: {worst} of the element bound");
                 assert!(rel < tol.rel_l2 / 2.0, "{kind:?} {s:?}: rel L2 {rel}");
                 // End to end, against attention on the original f16 inputs, likewise.
-                let e2e = SdpaFp8.end_to_end(&s, kind, 5).unwrap().tolerance;
+                let e2e = SdpaFp8
+                    .end_to_end(&s, &SdpaFp8.default_call(&s), kind, 5)
+                    .unwrap()
+                    .tolerance;
                 let orig: Vec<Vec<f64>> = SdpaFp8
-                    .originals(&s, kind, 5)
+                    .originals(&s, Dims::of(&s).default_scale(), kind, 5)
                     .iter()
                     .map(|v| v.iter().map(|x| *x as f64).collect())
                     .collect();
-                let exact = attention_f64(&Dims::of(&s), &orig[0], &orig[1], &orig[2]);
+                let exact = attention_f64(
+                    &Dims::of(&s),
+                    Dims::of(&s).default_scale() as f64,
+                    &orig[0],
+                    &orig[1],
+                    &orig[2],
+                );
                 let got = emulate_kernel(&s, &t);
                 let max_ref = exact.iter().fold(0f64, |m, w| m.max(w.abs()));
                 let (mut e2, mut r2, mut worst_e) = (0f64, 0f64, 0f64);
@@ -480,7 +551,7 @@ mod tests {
                 ArgSlot::Input(5)
             ]
         );
-        let r = SdpaFp8.reference(&s).unwrap();
+        let r = SdpaFp8.reference(&s, &SdpaFp8.default_call(&s)).unwrap();
         assert_eq!(r.args.len(), a.len() + 2);
         assert!(include_str!("sdpa_reference.cu").contains(&r.entry));
     }

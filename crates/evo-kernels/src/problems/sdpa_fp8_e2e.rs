@@ -13,10 +13,9 @@
 
 use evo_core::Vars;
 
-use super::sdpa::{attention_f64, Dims};
 use super::{Sdpa, SdpaFp8};
 use crate::harness::{
-    dtype, ArgSlot, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
+    dtype, ArgSlot, Call, ElemType, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl};
 
@@ -65,8 +64,16 @@ impl Problem for SdpaFp8E2e {
         Sdpa.output(s)
     }
 
-    fn args(&self, s: &Vars) -> Vec<ArgSlot> {
-        Sdpa.args(s)
+    fn default_call(&self, s: &Vars) -> Call {
+        Sdpa.default_call(s)
+    }
+
+    fn varied_call(&self, s: &Vars, seed: u64, contiguous: &[bool]) -> Call {
+        Sdpa.varied_call(s, seed, contiguous)
+    }
+
+    fn call_args(&self, s: &Vars, call: &Call) -> Vec<ArgSlot> {
+        Sdpa.call_args(s, call)
     }
 
     fn arg_lists(&self, s: &Vars) -> Vec<(&'static str, std::ops::Range<usize>)> {
@@ -74,33 +81,31 @@ impl Problem for SdpaFp8E2e {
         vec![("abi", 0..n), ("sdpa_scalars", 4..n)]
     }
 
-    fn generate(&self, s: &Vars, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let elem = dtype(s);
         SdpaFp8
-            .originals(s, kind, seed)
+            .originals(s, call.scalars[0], kind, seed)
             .iter()
             .map(|v| HostTensor::from_f32(elem, v))
             .collect()
     }
 
-    fn reference(&self, s: &Vars) -> Option<ReferenceKernel> {
-        Sdpa.reference(s)
+    fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {
+        Sdpa.reference(s, call)
     }
 
-    fn cpu_reference(&self, s: &Vars, inputs: &[HostTensor]) -> Vec<f64> {
-        let d = Dims::of(s);
-        attention_f64(
-            &d,
-            &inputs[0].to_f64(),
-            &inputs[1].to_f64(),
-            &inputs[2].to_f64(),
-        )
+    fn cpu_reference(&self, s: &Vars, call: &Call, inputs: &[HostTensor]) -> Vec<f64> {
+        Sdpa.cpu_reference(s, call, inputs)
+    }
+
+    fn compute_elem(&self, _: &Vars) -> ElemType {
+        ElemType::E4m3
     }
 
     fn tolerance(&self, s: &Vars) -> Tolerance {
         // The FP8 path's end-to-end bound, the same as sdpa_fwd_fp8's second reference.
         SdpaFp8
-            .end_to_end(s, InputKind::Random, 0)
+            .end_to_end(s, &SdpaFp8.default_call(s), InputKind::Random, 0)
             .map(|e| e.tolerance)
             .expect("sdpa_fwd_fp8 has an end-to-end bound")
     }
@@ -132,15 +137,28 @@ mod tests {
     #[test]
     fn inputs_are_the_fp8_problems_originals_and_the_bound_is_its_end_to_end_one() {
         let s = shape();
-        for kind in [InputKind::Random, InputKind::Zeros, InputKind::Large] {
-            let e2e = SdpaFp8.end_to_end(&s, kind, 5).unwrap();
-            assert_eq!(SdpaFp8E2e.generate(&s, kind, 5), e2e.inputs, "{kind:?}");
+        let call = SdpaFp8E2e.default_call(&s);
+        for kind in [
+            InputKind::Random,
+            InputKind::Zeros,
+            InputKind::Large,
+            InputKind::Rows,
+        ] {
+            let e2e = SdpaFp8.end_to_end(&s, &call, kind, 5).unwrap();
+            assert_eq!(
+                SdpaFp8E2e.generate(&s, &call, kind, 5),
+                e2e.inputs,
+                "{kind:?}"
+            );
             assert_eq!(SdpaFp8E2e.tolerance(&s), e2e.tolerance);
-            assert_eq!(SdpaFp8E2e.reference(&s), Some(e2e.reference));
+            assert_eq!(SdpaFp8E2e.reference(&s, &call), Some(e2e.reference));
         }
         // The exact answer is attention on the inputs as given (fp16 ones, not codes).
-        let t = SdpaFp8E2e.generate(&s, InputKind::Random, 1);
-        assert_eq!(SdpaFp8E2e.cpu_reference(&s, &t), Sdpa.cpu_reference(&s, &t));
+        let t = SdpaFp8E2e.generate(&s, &call, InputKind::Random, 1);
+        assert_eq!(
+            SdpaFp8E2e.cpu_reference(&s, &call, &t),
+            Sdpa.cpu_reference(&s, &call, &t)
+        );
     }
 
     #[test]

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 16's GPU evidence: the stricter correctness gate on a GPU machine.
+# Runs from the repo root with `.gpu/` (bench/gpu/bundle.sh) carried; logs go to $OUT.
+#   bash bench/gpu/gate.sh STEP...   steps, in the order given:
+#   selftest    evo selftest (references vs float64 on varied calls, timing, fault isolation)
+#   planted     evo check on every planted suite (verdicts as expected, sanitizer cost)
+#   tests       the GPU test binaries of .gpu/tests.tar.zst
+#   mma         evo eval --pairwise of configs/sdpa.toml (sdpa_fwd_mma)
+#   wgmma       evo eval --pairwise of configs/sdpa_wgmma.toml (sdpa_fwd_wgmma)
+#   throughput  MINUTES=4: a configs/sdpa.toml search with .gpu-old/evo (before) and
+#               .gpu/evo (after), one after the other, evaluations per hour of each
+set -uo pipefail
+OUT=${OUT:-/tmp/evo-out}
+mkdir -p "$OUT"
+export EVO_CACHE_DIR=/tmp/evo-cache
+EVO=${EVO:-.gpu/evo}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUT/nvidia-smi.txt" 2>&1
+step() { echo; echo "== $1 ($(date +%T))"; }
+
+for s in "$@"; do
+  case "$s" in
+  selftest)
+    step selftest
+    $EVO selftest 2>&1 | tee "$OUT/selftest.txt" | tail -n 40
+    echo "selftest exit: ${PIPESTATUS[0]}" ;;
+  planted)
+    for suite in sdpa sdpa_fp8 gemm fp8_quantize; do
+      problem=$suite
+      case $suite in sdpa) problem=sdpa_fwd ;; sdpa_fp8) problem=sdpa_fwd_fp8 ;; esac
+      step "planted $suite"
+      start=$(date +%s)
+      $EVO check tests/planted/$suite/*.cu --problem $problem -c tests/planted/$suite/check.toml \
+        --json > "$OUT/planted_$suite.json" 2> "$OUT/planted_$suite.err"
+      rc=$?
+      python3 - "$OUT/planted_$suite.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for r in rows:
+    v = r["verdict"]
+    san = r.get("sanitizer")
+    cost = f' sanitizer {san["seconds"]:.1f}s' if san else ''
+    mark = {True: "ok", False: "MISMATCH", None: ""}[r.get("matched")]
+    print(f'{r["file"].split("/")[-1]:38} expected {str(r.get("expected")):16} got {v["status"]:16} {mark:9}{cost} | {v["detail"][:150]}')
+PY
+      echo "planted $suite exit: $rc ($(( $(date +%s) - start )) s)"
+    done ;;
+  tests)
+    step "GPU tests"
+    .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst --workspace-remap . \
+      --run-ignored all --no-fail-fast --no-capture > "$OUT/tests.txt" 2>&1
+    echo "tests exit: $?"; grep -E "PASS|FAIL|SKIP|skipping|Summary" "$OUT/tests.txt" | tail -n 40 ;;
+  mma|wgmma)
+    cfg=configs/sdpa.toml; [ "$s" = wgmma ] && cfg=configs/sdpa_wgmma.toml
+    step "evo eval --pairwise $cfg"
+    start=$(date +%s)
+    $EVO eval -c $cfg --pairwise > "$OUT/eval_$s.txt" 2>&1
+    echo "eval $s exit: $? ($(( $(date +%s) - start )) s)"; tail -n 30 "$OUT/eval_$s.txt" ;;
+  throughput)
+    mins=${MINUTES:-4}
+    cp configs/sdpa.toml /tmp/throughput.toml
+    for which in old new; do
+      bin=$EVO; [ $which = old ] && bin=.gpu-old/evo
+      step "throughput: $which evo, ${mins} min search of configs/sdpa.toml"
+      rm -f /tmp/tp_$which.db*
+      $bin search -c /tmp/throughput.toml --db /tmp/tp_$which.db --run tp --budget ${mins}m --no-progress \
+        > "$OUT/throughput_$which.txt" 2>&1
+      echo "exit $?"; grep -iE "evaluations|per hour|/hour|busy" "$OUT/throughput_$which.txt" | tail -n 5
+      $bin stats tp --db /tmp/tp_$which.db > "$OUT/throughput_${which}_stats.txt" 2>&1
+      grep -iE "per hour|evaluat|busy|incorrect|status" "$OUT/throughput_${which}_stats.txt" | head -n 12
+    done ;;
+  *) echo "unknown step $s"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Desk check of sdpa_fwd_wgmma's tile, mask and online-softmax logic, without a GPU.
+
+A transcription (float64, plain Python) of what the kernel's index math and the shared softmax
+primitive (templates/common/softmax.cuh) do: the grid of query blocks, the KV tiles a block
+walks (causal limit, split-KV ranges), per consumer warpgroup the unmasked prefix of tiles
+(`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
+(8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
+exp2, the maximum on raw scores with min for a negative scale, `hide`, the FLT_MIN clamp), the
+rescale policy (RESCALE: always / lazy) and the split-KV combine. Each case is compared
+with a direct softmax attention over the visible keys. Scores are drawn directly (the matrix
+Q K^T), with adversarial rows (all zero, all very negative, one dominant key) or maxima rising
+along the keys.
+
+Usage: bench/kernel/desk_check.py [--quick] [--seed N]   (exit 1 on any mismatch)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import sys
+
+FLT_MIN = 1.17549435e-38
+LOG2E = 1.4426950408889634
+INF = math.inf
+LAZY_THRESHOLD = 8.0  # the template's RESCALE_LAZY_LOG2
+
+
+def ex2(x: float) -> float:
+    """ex2.approx.ftz: 2^x, 0 for -inf and for results below the smallest normal float."""
+    if x == -INF:
+        return 0.0
+    y = 2.0 ** x if x < 1024 else INF
+    return 0.0 if y < FLT_MIN else y
+
+
+class LogitScale:
+    def __init__(self, softmax_scale: float):
+        c = softmax_scale * LOG2E
+        self.neg = c < 0  # (-0.0 counts as positive, as in the template)
+        self.c = -max(abs(c), FLT_MIN) if self.neg else max(abs(c), FLT_MIN)
+        self.hide = INF if self.neg else -INF
+
+
+class Softmax:
+    """OnlineSoftmax's state for one thread: rows h = 0, 1."""
+
+    def __init__(self):
+        self.row_max = [-INF, -INF]
+        self.row_sum = [0.0, 0.0]
+
+
+def quad_step(threads, scores, sc: LogitScale, visible_of, rescale: str):
+    """One tile for the 4 threads of a quad (same rows, columns col_base = 0, 2, 4, 6). Returns
+    alpha per thread per row (equal across the quad) and overwrites scores with p."""
+    nb = len(scores[0][0]) // 2
+    # MASK: masked scores become hide.
+    for t in range(4):
+        if visible_of[t] is not None:
+            for h in range(2):
+                for i in range(2 * nb):
+                    if not visible_of[t](h, i // 2, i % 2):
+                        scores[t][h][i] = sc.hide
+    op = min if sc.neg else max
+    tile = [op(op(scores[t][h]) for t in range(4)) for h in range(2)]
+    alphas = []
+    for t in range(4):
+        sm = threads[t]
+        alpha = [1.0, 1.0]
+        ref = [0.0, 0.0]
+        for h in range(2):
+            m_tile = tile[h] * sc.c
+            if rescale == "always":
+                m_new = max(sm.row_max[h], m_tile)
+                ref[h] = 0.0 if m_new == -INF else m_new
+                alpha[h] = ex2(sm.row_max[h] - ref[h])
+            else:  # lazy: the maximum in use moves only past the threshold; alpha is then 1
+                up = m_tile > sm.row_max[h] + LAZY_THRESHOLD
+                m_new = m_tile if up else sm.row_max[h]
+                ref[h] = 0.0 if m_new == -INF else m_new
+                alpha[h] = ex2(sm.row_max[h] - ref[h]) if up else 1.0
+            sm.row_max[h] = m_new
+        tile_sum = [0.0, 0.0]
+        for h in range(2):
+            for i in range(2 * nb):
+                p = ex2(scores[t][h][i] * sc.c - ref[h])  # fmaf(s, c, -ref); hide * c = -inf
+                scores[t][h][i] = p
+                tile_sum[h] += p
+        for h in range(2):
+            sm.row_sum[h] = sm.row_sum[h] * alpha[h] + tile_sum[h]
+        alphas.append(alpha)
+    return alphas
+
+
+def kernel(case) -> dict[int, list[float]]:
+    """The kernel's output rows (row -> O[row]) for one case, following the template."""
+    seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, S, V = (
+        case[k] for k in ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "S", "V"))
+    d = len(V[0]) if V else 0
+    block_m = 64 * cw
+    sc = LogitScale(scale)
+    out: dict[int, list[float]] = {}
+    partial: dict[int, list[tuple[float, list[float]]]] = {}
+    for m_block in range((seq_q + block_m - 1) // block_m):
+        m0 = m_block * block_m
+        kv_end = min(seq_kv, m0 + block_m) if causal else seq_kv
+        n_all = (kv_end + bn - 1) // bn
+        for split in range(splits):
+            t0, n_tiles = 0, n_all
+            if splits > 1:
+                per = (n_all + splits - 1) // splits
+                t0 = min(n_all, split * per)
+                n_tiles = min(n_all - t0, per)
+                if n_tiles <= 0:
+                    for r in range(m0, min(m0 + block_m, seq_q)):
+                        partial.setdefault(r, []).append((-INF, [0.0] * d))
+                    continue
+            for wg in range(cw):
+                n_full = seq_kv // bn
+                if causal:
+                    n_full = min(n_full, (m0 + wg * 64 + 1) // bn)
+                n_full = min(max(n_full - t0, 0), n_tiles)
+                for warp in range(4):
+                    for g in range(8):
+                        r_lo = m0 + wg * 64 + warp * 16 + g
+                        rows = [r_lo, r_lo + 8]
+                        threads = [Softmax() for _ in range(4)]
+                        acc = [[[0.0] * d for _ in range(2)] for _ in range(4)]
+                        for t in range(n_tiles):
+                            n0 = (t0 + t) * bn
+                            scores, visible_of = [], []
+                            for tq in range(4):
+                                col_base = 2 * tq
+                                th = []
+                                for h in range(2):
+                                    row = rows[h]
+                                    cols = [n0 + 8 * j + col_base + e for j in range(bn // 8) for e in range(2)]
+                                    # Rows past seq_q and keys past seq_kv read zero-filled Q / K tiles.
+                                    th.append([S[row][k] if row < seq_q and k < seq_kv else 0.0 for k in cols])
+                                scores.append(th)
+                                if t < n_full:
+                                    visible_of.append(None)
+                                else:
+                                    lim = [(min(seq_kv, rows[h] + 1) if causal else seq_kv) - n0 - col_base for h in range(2)]
+                                    visible_of.append(lambda h, j, e, lim=lim: 8 * j + e < lim[h])
+                            alphas = quad_step(threads, scores, sc, visible_of, rescale)
+                            for tq in range(4):
+                                for h in range(2):
+                                    # (lazy: a warp whose rows kept their maximum skips this; their
+                                    # alphas are exactly 1)
+                                    acc[tq][h] = [x * alphas[tq][h] for x in acc[tq][h]]
+                                    cols = [n0 + 8 * j + 2 * tq + e for j in range(bn // 8) for e in range(2)]
+                                    for i, k in enumerate(cols):
+                                        p = scores[tq][h][i]
+                                        if p != 0.0:
+                                            vk = V[k] if k < seq_kv else [0.0] * d
+                                            acc[tq][h] = [x + p * y for x, y in zip(acc[tq][h], vk)]
+                        # finish: quad sums, O = sum over the quad's columns / l.
+                        for h in range(2):
+                            row = rows[h]
+                            if row >= seq_q:
+                                continue
+                            total = sum(threads[tq].row_sum[h] for tq in range(4))
+                            o = [sum(acc[tq][h][c] for tq in range(4)) for c in range(d)]
+                            inv = 1.0 / total if total > 0 else 0.0
+                            o = [x * inv for x in o]
+                            if splits > 1:
+                                m = threads[0].row_max[h]
+                                lse = m + math.log2(total) if total > 0 else -INF
+                                partial.setdefault(row, []).append((lse, o))
+                            else:
+                                out[row] = o
+    if splits > 1:
+        for row, parts in partial.items():
+            mx = max(l for l, _ in parts)
+            w = [0.0 if l == -INF else 2.0 ** (l - mx) for l, _ in parts]
+            tot = sum(w)
+            out[row] = [sum(wi * o[c] for wi, (_, o) in zip(w, parts)) / tot if tot > 0 else 0.0 for c in range(d)]
+    return out
+
+
+def reference(case) -> dict[int, list[float]]:
+    seq_q, seq_kv, causal, scale, S, V = (case[k] for k in ("seq_q", "seq_kv", "causal", "scale", "S", "V"))
+    d = len(V[0])
+    out = {}
+    for r in range(seq_q):
+        keys = [k for k in range(seq_kv) if not causal or k <= r]
+        x = [scale * S[r][k] for k in keys]
+        m = max(x)
+        w = [math.exp(v - m) for v in x]
+        tot = sum(w)
+        out[r] = [sum(wk * V[k][c] for wk, k in zip(w, keys)) / tot for c in range(d)]
+    return out
+
+
+def make_case(rng: random.Random, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind) -> dict:
+    S = [[rng.gauss(0.0, 3.0) for _ in range(seq_kv)] for _ in range(seq_q)]
+    if kind == "adversarial":
+        for r in range(seq_q):
+            pick = r % 4
+            if pick == 0:
+                S[r] = [0.0] * seq_kv  # all-zero query row
+            elif pick == 1:
+                S[r] = [-1e4 + rng.gauss(0.0, 1.0) for _ in range(seq_kv)]  # all very negative
+            elif pick == 2:
+                S[r][rng.randrange(seq_kv)] = 60.0  # one dominant key
+    elif kind == "ramp":
+        # Maxima growing from tile to tile (the rescale paths): row r's scores rise along the keys.
+        S = [[(0.5 + 0.01 * r) * k + rng.gauss(0.0, 1.0) for k in range(seq_kv)] for r in range(seq_q)]
+    V = [[rng.gauss(0.0, 1.0) for _ in range(2)] for _ in range(seq_kv)]
+    return dict(seq_q=seq_q, seq_kv=seq_kv, causal=causal, bn=bn, cw=cw, splits=splits, scale=scale,
+                rescale=rescale, S=S, V=V, kind=kind)
+
+
+def compare(case) -> float:
+    """Largest absolute difference, relative to the output's scale; NaN counts as infinite."""
+    got, want = kernel(case), reference(case)
+    assert set(got) == set(range(case["seq_q"])), "rows not written exactly once"
+    worst = 0.0
+    for r, w in want.items():
+        for a, b in zip(got[r], w):
+            if math.isnan(a):
+                return INF
+            worst = max(worst, abs(a - b) / (1.0 + abs(b)))
+    return worst
+
+
+def cases(quick: bool, rng: random.Random):
+    seqs = [1, 5, 64, 65, 130, 200] if not quick else [1, 65, 130]
+    for seq_q, seq_kv in itertools.product(seqs, seqs):
+        for causal, rescale in itertools.product((False, True), ("always", "lazy")):
+            bn = rng.choice([64, 128, 176, 192])
+            cw = rng.choice([1, 2, 3])
+            splits = rng.choice([1, 1, 2, 3])
+            scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
+            kind = rng.choice(["random", "adversarial", "ramp"])
+            yield make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    bad = n = 0
+    for case in cases(a.quick, rng):
+        n += 1
+        err = compare(case)
+        # float64 throughout: only the FLT_MIN clamp of a zero scale perturbs the exponents.
+        if not err <= 1e-9:
+            bad += 1
+            keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind")
+            print("MISMATCH", {k: case[k] for k in keys}, f"err {err:.3g}")
+    print(f"{n} cases, {bad} mismatches")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+//! The timing gate. What is timed is what was checked: before every replay each input set
+//! gets fresh contents (generated on the GPU), its output and scratch are poisoned and the
+//! L2 is flushed; after it, one input set chosen at random (the kernel cannot know which)
+//! is checked against the reference of its contents, its inputs against a regenerated
+//! copy, and every guard region of every set; after the last replay every set is checked.
+//! Each replay launches each set once, so no launch can reuse an earlier launch's output.
+//! A median below the device's roofline floor is rejected, never scored.
+
+use std::time::Instant;
+
+use evo_core::Value;
+use evo_gpu::runtime::{CudaError, Function, Gpu, KernelArg};
+use evo_kernels::harness::{Call, ElemType, Tolerance};
+use evo_kernels::Problem;
+use rand::{Rng, SeedableRng};
+
+use super::buffers::CallBuffers;
+use super::gpu_checks::{CompareJob, DifferJob, FillJob};
+use super::trials::shape_seed;
+use super::{argument_lists, describe, launch_sequence, Stop, Worker};
+use crate::compare::{self, GUARD_BYTE};
+use crate::protocol::{CheckFailure, Job, ShapeJob, TimingPlan, TimingReport};
+use crate::timing;
+
+/// Times one call per input set, `sets` sets per replay of a CUDA graph, by the method of
+/// [`crate::timing`]: warm-up, one untimed replay (the graph's upload), then replays timed
+/// with CUDA events until the samples settle or the budget ends. `before` runs before each
+/// replay (fresh inputs, poison, L2 flush), `after` after each timed one (its checks).
+/// Returns per-launch times in µs.
+pub fn measure<E: From<CudaError>>(
+    gpu: &Gpu,
+    plan: &TimingPlan,
+    sets: usize,
+    launch: impl Fn(&Gpu, usize) -> Result<(), CudaError>,
+    mut before: impl FnMut(&Gpu, usize) -> Result<(), E>,
+    mut after: impl FnMut(&Gpu, usize) -> Result<(), E>,
+) -> Result<Vec<f64>, E> {
+    let sets = sets.max(1);
+    before(gpu, 0)?;
+    let warm = Instant::now();
+    loop {
+        for set in 0..sets {
+            launch(gpu, set)?;
+        }
+        gpu.synchronize()?;
+        if warm.elapsed().as_secs_f64() * 1e3 >= plan.warmup_ms {
+            break;
+        }
+    }
+    let graph = gpu.capture(|g| {
+        for set in 0..sets {
+            launch(g, set)?;
+        }
+        Ok(())
+    })?;
+    let (start, end) = (gpu.event()?, gpu.event()?);
+    gpu.launch_graph(&graph)?;
+    gpu.synchronize()?;
+    let mut samples = Vec::new();
+    let begun = Instant::now();
+    for replay in 1.. {
+        before(gpu, replay)?;
+        gpu.synchronize()?;
+        gpu.record(&start)?;
+        gpu.launch_graph(&graph)?;
+        gpu.record(&end)?;
+        end.synchronize()?;
+        samples.push(start.elapsed_ms(&end)? as f64 * 1e3 / sets as f64);
+        after(gpu, replay)?;
+        if timing::settled(&samples, plan) || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms {
+            break;
+        }
+    }
+    Ok(samples)
+}
+
+/// The seed of input `tensor` of set `set` at replay `replay` of a job's shape.
+fn content_seed(shape: u64, replay: usize, set: usize, tensor: usize) -> u64 {
+    shape ^ ((replay as u64) << 40) ^ ((set as u64) << 20) ^ tensor as u64
+}
+
+impl Worker {
+    /// A rough time of one call (µs, launch gap included): the least of three launches
+    /// between events, on whatever the buffers hold. Only to size the timing sets.
+    fn estimate_us(
+        &self,
+        functions: &[Function],
+        shape: &ShapeJob,
+        args: &[Vec<KernelArg>],
+    ) -> Result<f64, Stop> {
+        let (start, end) = (self.gpu.event()?, self.gpu.event()?);
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            self.gpu.record(&start)?;
+            launch_sequence(&self.gpu, functions, &shape.launches, args)?;
+            self.gpu.record(&end)?;
+            end.synchronize()?;
+            best = best.min(start.elapsed_ms(&end)? as f64 * 1e3);
+        }
+        Ok(best)
+    }
+
+    pub(super) fn time_shape(
+        &mut self,
+        job: &Job,
+        problem: &dyn Problem,
+        functions: &[Function],
+        shape: &ShapeJob,
+        plan: &TimingPlan,
+    ) -> Result<TimingReport, Stop> {
+        let vars = &shape.vars;
+        let call: Call = problem.default_call(vars);
+        let lists = argument_lists(problem, shape, &call, functions.len())?;
+        let in_specs = problem.inputs(vars);
+        let out_spec = problem.output(vars);
+        let guard = job.correctness.guard_bytes;
+        let bytes_per_set = in_specs
+            .iter()
+            .chain([&out_spec])
+            .chain(&shape.scratch)
+            .map(|t| t.len * t.elem.size())
+            .sum::<usize>();
+        let l2 = self.gpu.info.l2_bytes as usize;
+        let alloc = |w: &Worker| -> Result<(CallBuffers, Vec<Vec<KernelArg>>), Stop> {
+            let b =
+                CallBuffers::alloc(&w.gpu, problem, vars, &call.layouts, &shape.scratch, guard)?;
+            let a = b.kernel_args(&lists).map_err(Stop::Setup)?;
+            Ok((b, a))
+        };
+        // Enough sets that their bytes pass the L2 several times, and that a replay (each
+        // set once) lasts about `sample_ms`: a launch never meets an earlier launch's output.
+        let first = alloc(self)?;
+        let one_call_us = self.estimate_us(functions, shape, &first.1)?;
+        let n_sets = timing::input_sets(bytes_per_set, l2, plan)
+            .max((plan.sample_ms * 1e3 / one_call_us.max(1e-3)).ceil() as u32)
+            .clamp(1, plan.max_input_sets.max(1)) as usize;
+        let mut sets = vec![first.0];
+        let mut args = vec![first.1];
+        for _ in 1..n_sets {
+            let (b, a) = alloc(self)?;
+            sets.push(b);
+            args.push(a);
+        }
+        let reference = self.reference(problem, vars, &call)?;
+        let dtype = vars.get("DTYPE").and_then(Value::as_str).unwrap_or("f16");
+        let tol: Tolerance = job
+            .correctness
+            .tolerance
+            .iter()
+            .find(|(d, _)| d == dtype)
+            .map(|(_, t)| *t)
+            .unwrap_or_else(|| problem.tolerance(vars));
+        self.gate_kernels()?;
+        let gate = self.gate.as_ref().expect("loaded above");
+        let gpu = &self.gpu;
+        let ref_out = gpu.alloc(out_spec.len * 4)?;
+        // One set's inputs regenerated after a replay, to prove the kernel left them alone.
+        let regenerated = in_specs
+            .iter()
+            .map(|t| gpu.alloc(t.len * t.elem.size()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pattern = gpu.alloc(guard.max(1))?;
+        gpu.memset_u8(&pattern, GUARD_BYTE)?;
+        let flush = gpu.alloc(2 * l2.max(1))?;
+        let shape_key = shape_seed(job.correctness.seeds.first().copied().unwrap_or(0), vars);
+        let mut pick = rand_chacha::ChaCha8Rng::seed_from_u64(shape_key ^ 0x7173);
+        let fills = |replay: usize, set: usize, ptrs: &[u64]| -> Vec<FillJob> {
+            in_specs
+                .iter()
+                .enumerate()
+                .map(|(t, spec)| FillJob {
+                    ptr: ptrs[t],
+                    n: spec.len as u64,
+                    seed: content_seed(shape_key, replay, set, t),
+                    elem: spec.elem,
+                    fill: problem.random_fill(vars, t),
+                })
+                .collect()
+        };
+        let set_inputs =
+            |s: &CallBuffers| -> Vec<u64> { s.inputs.iter().map(|b| b.ptr()).collect() };
+        // Checks one set after `replay`: output against the reference of its contents,
+        // inputs against a regenerated copy.
+        let check_set =
+            |replay: usize, set: usize| -> Result<Option<CheckFailure>, Stop> {
+                let s = &sets[set];
+                let ptrs = set_inputs(s);
+                let bind = super::bind_args(
+                    &reference.args,
+                    &super::CallPointers {
+                        inputs: &ptrs,
+                        output: ref_out.ptr(),
+                        scratch: &[],
+                    },
+                )
+                .map_err(Stop::Setup)?;
+                let (_, f) = &self.references[&reference.entry];
+                gpu.launch(f, &reference.launch, &bind)?;
+                let stats = gate.compare(
+                    gpu,
+                    &[CompareJob {
+                        got: s.output.ptr(),
+                        reference: ref_out.ptr(),
+                        n: out_spec.len as u64,
+                        elem: out_spec.elem,
+                        tolerance: tol,
+                    }],
+                )?;
+                let mut failure = compare::verdict(&stats[0], &tol);
+                if failure.is_none() {
+                    let copies: Vec<u64> = regenerated.iter().map(|b| b.ptr()).collect();
+                    gate.fill(gpu, &fills(replay, set, &copies))?;
+                    let jobs: Vec<DifferJob> = s
+                        .inputs
+                        .iter()
+                        .zip(&regenerated)
+                        .map(|(b, r)| DifferJob {
+                            a: b.ptr(),
+                            b: r.ptr(),
+                            n: b.len() as u64,
+                            pattern: None,
+                        })
+                        .collect();
+                    let diffs = gate.differ(gpu, &jobs)?;
+                    failure = diffs.iter().position(|d| d.count > 0).map(|i| {
+                        CheckFailure::InputModified {
+                            input: s.names[i].clone(),
+                        }
+                    });
+                }
+                Ok(failure.map(|f| CheckFailure::Timed {
+                    replay: replay as u32,
+                    set: set as u32,
+                    failure: Box::new(f),
+                }))
+            };
+        // Every guard region of every set, in one pass.
+        let guards = || -> Result<Option<CheckFailure>, Stop> {
+            let regions: Vec<(u64, usize, &str)> = sets
+                .iter()
+                .flat_map(|s| {
+                    s.all().flat_map(|(b, name)| {
+                        b.guard_regions()
+                            .into_iter()
+                            .map(move |(a, n)| (a, n, name))
+                    })
+                })
+                .filter(|(_, n, _)| *n > 0)
+                .collect();
+            let jobs: Vec<DifferJob> = regions
+                .iter()
+                .map(|(a, n, _)| DifferJob {
+                    a: *a,
+                    b: pattern.ptr(),
+                    n: *n as u64,
+                    pattern: Some(guard as u64),
+                })
+                .collect();
+            let diffs = gate.differ(gpu, &jobs)?;
+            Ok(diffs
+                .iter()
+                .zip(&regions)
+                .enumerate()
+                .find(|(_, (d, _))| d.count > 0)
+                .map(|(i, (d, (_, _, name)))| CheckFailure::Guard {
+                    buffer: name.to_string(),
+                    before: i % 2 == 0,
+                    offset: d.first as usize,
+                }))
+        };
+        let mut verified = 0u32;
+        let mut last_replay = 0usize;
+        let samples = measure(
+            gpu,
+            plan,
+            sets.len(),
+            |g, set| launch_sequence(g, functions, &shape.launches, &args[set]),
+            |g, replay| -> Result<(), Stop> {
+                let jobs: Vec<FillJob> = sets
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, s)| fills(replay, i, &set_inputs(s)))
+                    .collect();
+                gate.fill(g, &jobs)?;
+                for s in &sets {
+                    s.output.fill(g, 0xff)?;
+                    s.poison_scratch(g)?;
+                }
+                g.memset_at(&flush, 0, flush.bytes(), 0)?;
+                last_replay = replay;
+                Ok(())
+            },
+            |_, replay| -> Result<(), Stop> {
+                let set = pick.random_range(0..sets.len());
+                if let Some(f) = check_set(replay, set)?.or(guards()?) {
+                    return Err(Stop::Check(format!("{}: {f}", describe(vars))));
+                }
+                verified += 1;
+                Ok(())
+            },
+        )?;
+        for set in 0..sets.len() {
+            if let Some(f) = check_set(last_replay, set)? {
+                return Err(Stop::Check(format!("{}: {f}", describe(vars))));
+            }
+            verified += 1;
+        }
+        let (median, p20, p80) = timing::summary(&samples);
+        let info = &gpu.info;
+        let floor = timing::roofline_floor_us(
+            problem.flops(vars),
+            problem.min_bytes(vars),
+            info,
+            problem.compute_elem(vars),
+        );
+        if let Some(floor) = floor.filter(|f| median < *f) {
+            return Err(Stop::Timing(format!(
+                "{}: a median of {median:.3} µs per call is below the {floor:.3} µs this GPU needs at least for the work ({:.1} GFLOP at its dense tensor peak, {:.1} MB at its memory bandwidth): not a measurement of the work",
+                describe(vars),
+                problem.flops(vars) / 1e9,
+                problem.min_bytes(vars) / 1e6
+            )));
+        }
+        let tflops = problem.flops(vars) / (median * 1e-6) / 1e12;
+        let elem = ElemType::from_dtype(dtype).unwrap_or(ElemType::F16);
+        let peak = timing::dense_peak_tflops(
+            info.compute_capability,
+            info.multiprocessors,
+            info.clock_mhz,
+            elem,
+        );
+        Ok(TimingReport {
+            median_us: median,
+            p20_us: p20,
+            p80_us: p80,
+            samples_us: samples,
+            launches_per_sample: sets.len() as u32,
+            input_sets: sets.len() as u32,
+            tflops,
+            peak_fraction: peak.map(|p| tflops / p),
+            gb_per_s: problem.min_bytes(vars) / (median * 1e-6) / 1e9,
+            verified_launches: verified,
+            floor_us: floor,
+        })
+    }
+}

@@ -1,0 +1,141 @@
+// evo-expect: incorrect
+// evo-launch: grid = ceil_div(SEQ_Q, 16), HEADS, BATCH; block = 128; shared_bytes = 0
+// evo-why: a block returns without computing when the first element of its output tile already holds a finite value: right on NaN-filled outputs, the stale values stay on the stale-output trial (trial 1): tolerance check
+//
+// Planted-fault suite for sdpa_fwd_fp8 (tests/planted/sdpa_fp8/README.md): the plain tiled attention
+// kernel of tests/planted/sdpa/j_correct.cu (no tensor cores, f32 inside) on e4m3 inputs: Q, K, V
+// codes are decoded in shared memory, the q and k descales of the block's (batch, head) multiply the
+// scores, the v descale the output. HEAD_DIM = 64, non-causal, f16 output (check.toml's spec).
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+typedef __half T;
+typedef unsigned char fp8;  // e4m3 code
+
+// The value of an e4m3 code (exact in f16 and f32).
+__device__ __forceinline__ float dec(fp8 x) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3))); }
+
+#define HEAD_DIM 64
+#define BLOCK_M 16                    // query rows per block
+#define BLOCK_N 64                    // keys per K/V tile
+#define TPR 8                         // threads per query row
+#define THREADS (BLOCK_M * TPR)       // 128
+#define KEYS_PER_THREAD (BLOCK_N / TPR)   // 8 scores per thread per tile
+#define DIMS_PER_THREAD (HEAD_DIM / TPR)  // 8 outputs per thread
+
+#define NEG_INF __int_as_float(0xff800000)
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+sdpa_fwd_fp8(const fp8* __restrict__ q, const fp8* __restrict__ k, const fp8* __restrict__ v, T* __restrict__ o,
+         const float* __restrict__ q_descale, const float* __restrict__ k_descale, const float* __restrict__ v_descale,
+         int batch, int heads, int seq_q, int seq_kv,
+         long long q_batch_stride, long long q_head_stride, long long q_seq_stride,
+         long long k_batch_stride, long long k_head_stride, long long k_seq_stride,
+         long long v_batch_stride, long long v_head_stride, long long v_seq_stride,
+         long long o_batch_stride, long long o_head_stride, long long o_seq_stride,
+         float softmax_scale)
+{
+    // f32 tiles; the +1 columns spread the rows r (and keys j) of one warp over different banks.
+    __shared__ float Qs[BLOCK_M][HEAD_DIM + 1];  // Qs[r][d] = Q[q0 + r][d]
+    __shared__ float Ks[BLOCK_N][HEAD_DIM + 1];  // Ks[j][d] = K[k0 + j][d]
+    __shared__ float Vs[BLOCK_N][HEAD_DIM];      // Vs[j][d] = V[k0 + j][d]
+    __shared__ float Ps[BLOCK_M][BLOCK_N + 1];   // Ps[r][j] = exp(S[r][j] - running max of row r)
+
+    const int tid = threadIdx.x;
+    const int r = tid / TPR;  // query row within the tile
+    const int c = tid % TPR;  // keys c + TPR*jj, dims c + TPR*dd
+    const int q0 = blockIdx.x * BLOCK_M;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int row = q0 + r;   // query row of this thread (valid iff row < seq_q)
+
+    // FAULT: a block whose output tile already holds a finite value (its first element, O[b][h][q0][0])
+    // returns at once, "the answer is already there". Every thread reads the same element, so the whole
+    // block returns, before any barrier. Launches on a NaN-filled output (trial 0, its repeat, every
+    // timed launch) compute; a trial that starts from a stale finite output keeps the stale values.
+    if (isfinite(__half2float(o[b * o_batch_stride + h * o_head_stride + (long long)q0 * o_seq_stride])))
+        return;
+
+    const fp8* q_bh = q + (b * q_batch_stride + h * q_head_stride);
+    const fp8* k_bh = k + (b * k_batch_stride + h * k_head_stride);
+    const fp8* v_bh = v + (b * v_batch_stride + h * v_head_stride);
+    // This (batch, head)'s descales: q and k fold into the score scale, v into the output.
+    const int bh = b * heads + h;
+    const float qk_scale = softmax_scale * q_descale[bh] * k_descale[bh];
+    const float vd = v_descale[bh];
+
+    for (int i = tid; i < BLOCK_M * HEAD_DIM; i += THREADS) {
+        const int rr = i / HEAD_DIM, d = i % HEAD_DIM;
+        Qs[rr][d] = (q0 + rr < seq_q) ? dec(q_bh[(long long)(q0 + rr) * q_seq_stride + d]) : 0.0f;
+    }
+
+    float m_run = NEG_INF;  // running max of row r's scores (same in all 8 threads of the row)
+    float l_run = 0.0f;     // running sum of exp(score - m_run)
+    float acc[DIMS_PER_THREAD];
+#pragma unroll
+    for (int dd = 0; dd < DIMS_PER_THREAD; ++dd)
+        acc[dd] = 0.0f;
+
+    for (int k0 = 0; k0 < seq_kv; k0 += BLOCK_N) {
+        __syncthreads();  // Qs is loaded (first tile); everyone is done with the previous Ks, Vs, Ps
+        for (int i = tid; i < BLOCK_N * HEAD_DIM; i += THREADS) {
+            const int j = i / HEAD_DIM, d = i % HEAD_DIM;
+            const bool in = k0 + j < seq_kv;
+            Ks[j][d] = in ? dec(k_bh[(long long)(k0 + j) * k_seq_stride + d]) : 0.0f;
+            Vs[j][d] = in ? dec(v_bh[(long long)(k0 + j) * v_seq_stride + d]) : 0.0f;
+        }
+        __syncthreads();
+
+        // Scores of this thread's keys; keys past seq_kv get -inf.
+        float s[KEYS_PER_THREAD];
+        float tile_max = NEG_INF;
+#pragma unroll
+        for (int jj = 0; jj < KEYS_PER_THREAD; ++jj) {
+            const int j = c + TPR * jj;
+            float dot = 0.0f;
+#pragma unroll 16
+            for (int d = 0; d < HEAD_DIM; ++d)
+                dot += Qs[r][d] * Ks[j][d];
+            s[jj] = (k0 + j < seq_kv) ? qk_scale * dot : NEG_INF;
+            tile_max = fmaxf(tile_max, s[jj]);
+        }
+        // Row max over the row's 8 lanes (xor offsets < 8 stay inside the aligned group of 8).
+#pragma unroll
+        for (int off = TPR / 2; off > 0; off /= 2)
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+
+        // Key k0 is always valid, so tile_max and m_new are finite; alpha = 0 on the first tile.
+        const float m_new = fmaxf(m_run, tile_max);
+        const float alpha = expf(m_run - m_new);
+        float p_sum = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < KEYS_PER_THREAD; ++jj) {
+            const float p = expf(s[jj] - m_new);  // 0 for masked keys
+            Ps[r][c + TPR * jj] = p;
+            p_sum += p;
+        }
+#pragma unroll
+        for (int off = TPR / 2; off > 0; off /= 2)
+            p_sum += __shfl_xor_sync(0xffffffffu, p_sum, off);
+        l_run = l_run * alpha + p_sum;
+        m_run = m_new;
+        __syncthreads();  // Ps is complete
+
+        // acc = alpha * acc + P V (masked keys have p = 0 and V rows of zeros).
+#pragma unroll
+        for (int dd = 0; dd < DIMS_PER_THREAD; ++dd)
+            acc[dd] *= alpha;
+        for (int j = 0; j < BLOCK_N; ++j) {
+            const float p = Ps[r][j];
+#pragma unroll
+            for (int dd = 0; dd < DIMS_PER_THREAD; ++dd)
+                acc[dd] += p * Vs[j][c + TPR * dd];
+        }
+    }
+
+    // l_run >= 1: the key holding the final max contributes exp(0).
+    if (row < seq_q) {
+        T* o_row = o + (b * o_batch_stride + h * o_head_stride + (long long)row * o_seq_stride);
+#pragma unroll
+        for (int dd = 0; dd < DIMS_PER_THREAD; ++dd)
+            o_row[c + TPR * dd] = __float2half(acc[dd] * vd / l_run);
+    }
+}
