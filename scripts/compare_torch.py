@@ -38,7 +38,8 @@ if args.math:
     backends["math"] = SDPBackend.MATH
 dev = torch.cuda.get_device_name(0)
 L2 = l2_bytes()
-print(f"artifact {args.dir}: {m['problem']} {m['family']}, run {m['source']['run']}, {len(m['variants'])} variant(s), {m['arch']}")
+runs = ", ".join(f"{s['run']} ({s['family']})" for s in m["sources"])
+print(f"artifact {args.dir}: {m['problem']} from {runs}, {len(m['variants'])} variant(s), {m['arch']}")
 print(f"torch {torch.__version__} on {dev}, L2 {L2 >> 20} MiB; the manifest's times are from {m['device']}"
       + ("" if m["device"] == dev else "  (a DIFFERENT GPU)"))
 if not args.math:
@@ -95,17 +96,24 @@ for (B, H, SQ, SKV, D, causal, dt) in cases:
 
 # The binding on real tensors beyond the contiguous case: a (batch, seq, heads, dim)
 # buffer seen as (batch, heads, seq, dim) gives other strides and must give the same
-# output; a float32 tensor must be refused with ArtifactError.
+# output; a float32 call must go to PyTorch's SDPA (counted as a dtype fallback) and
+# raise FallbackError in strict mode.
 B, H, SQ, SKV, D, causal, dt = cases[0]
 q, k, v = (torch.randn(B, s_, H, D, device="cuda", dtype=DTYPES[dt]).transpose(1, 2) for s_ in (SQ, SKV, SKV))
 same = torch.equal(evo_kernel.attention(q, k, v, causal=causal),
                    evo_kernel.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal))
+evo_kernel.reset_stats()
+evo_kernel.attention(q.float(), k.float(), v.float(), causal=causal)
+fell_back = evo_kernel.stats()["fallback"] == {"dtype": 1}
+evo_kernel.set_strict(True)
 try:
     evo_kernel.attention(q.float(), k.float(), v.float(), causal=causal)
     refused = None
-except evo_kernel.ArtifactError as e:
+except evo_kernel.FallbackError as e:
     refused = str(e)
-print(f"strided (batch, seq, heads, dim) inputs give the contiguous result: {same}; float32 refused: {refused!r}")
+evo_kernel.set_strict(None)
+print(f"strided (batch, seq, heads, dim) inputs give the contiguous result: {same}; float32 falls back: {fell_back}, "
+      f"refused in strict mode: {refused!r}")
 
 names = ["evo"] + list(backends)
 print()
@@ -130,12 +138,12 @@ for r in rows:
     for n in names:
         if "error" in r[n]:
             print(f"  {r['label']} {n}: {r[n]['error']}")
-json.dump({"format": "evo-compare-torch-1", "artifact": os.path.abspath(args.dir), "run": m["source"]["run"],
+json.dump({"format": "evo-compare-torch-1", "artifact": os.path.abspath(args.dir), "runs": [s["run"] for s in m["sources"]],
            "device": dev, "manifest_device": m["device"], "torch": torch.__version__,
            "method": "CUDA graph over input sets rotated past 2x L2, CUDA events, median (scripts/sdpa_bench.py)",
-           "strided_inputs_match": same, "float32_refused": refused,
+           "strided_inputs_match": same, "float32_falls_back": fell_back, "float32_refused_strict": refused,
            "rows": rows}, open(args.out, "w"), indent=1)
 print(f"wrote {args.out}")
 bad = [r["label"] for r in rows if not r["evo"]["rel_l2"] < 1e-2]
-if bad or not same or refused is None:
+if bad or not same or not fell_back or refused is None:
     sys.exit(f"the artifact's output is off on {bad}" if bad else "the binding mishandled strided or float32 inputs")

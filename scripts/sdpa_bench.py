@@ -1,11 +1,18 @@
 """Timing and inputs shared by the PyTorch-side scripts (torch_sdpa_baseline.py,
-compare_torch.py): the method evo's timing gate uses, so numbers compare.
+compare_torch.py, and every artifact's bench.py, which carries a copy of this file): the
+method evo's timing gate uses, so numbers compare.
 
 graph_time: R calls captured in one CUDA graph, each on its own input set, sets rotated
 so their bytes exceed 2x the L2 size (data from HBM, not cache); warm-up outside the
 capture; the graph replayed `reps` times between CUDA events; median per call, in µs.
 Same method and numbers as ../shared/tools/torch_sdpa_baseline.py (column graph_us).
+
+eager_time: what a user's eager code pays per call (Python, dispatch, allocation, launch,
+and the kernel when it is the longer part): a plain loop of calls on one input set, one
+synchronize at its end, wall clock; median of `reps` loops, in µs.
 """
+import time
+
 import torch
 from torch.nn.attention import SDPBackend
 
@@ -51,6 +58,30 @@ def graph_time(call, sets, reps=15):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record(); g.replay(); b.record(); b.synchronize()
         ts.append(a.elapsed_time(b) * 1e3 / len(sets))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def eager_time(call, q, k, v, iters=None, reps=5, target_ms=40.0):
+    """Median µs per call of `call(q, k, v)` in a plain Python loop (see the module doc):
+    `iters` calls per loop, by default as many as fill about `target_ms` (10 to 200)."""
+    for _ in range(3):
+        call(q, k, v)  # warm-up and lazy init
+    torch.cuda.synchronize()
+    if iters is None:
+        t = time.perf_counter()
+        for _ in range(5):
+            call(q, k, v)
+        torch.cuda.synchronize()
+        per_call_ms = (time.perf_counter() - t) * 1e3 / 5
+        iters = int(min(200, max(10, target_ms / max(per_call_ms, 1e-3))))
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            call(q, k, v)
+        torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t) * 1e6 / iters)
     ts.sort()
     return ts[len(ts) // 2]
 

@@ -7,7 +7,7 @@
 #   tests       the GPU test binaries of .gpu/tests.tar.zst
 #   mma         evo eval --pairwise of configs/sdpa.toml (sdpa_fwd_mma)
 #   wgmma       evo eval --pairwise of configs/sdpa_wgmma.toml (sdpa_fwd_wgmma)
-#   throughput  MINUTES=4: a configs/sdpa.toml search with .gpu-old/evo (before) and
+#   throughput  MINUTES=4: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before) and
 #               .gpu/evo (after), one after the other, evaluations per hour of each
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}
@@ -59,7 +59,7 @@ PY
     mins=${MINUTES:-4}
     cp configs/sdpa.toml /tmp/throughput.toml
     for which in old new; do
-      bin=$EVO; [ $which = old ] && bin=.gpu-old/evo
+      bin=$EVO; [ $which = old ] && bin=${OLD_EVO:-.gpu-old/evo}
       step "throughput: $which evo, ${mins} min search of configs/sdpa.toml"
       rm -f /tmp/tp_$which.db*
       $bin search -c /tmp/throughput.toml --db /tmp/tp_$which.db --run tp --budget ${mins}m --no-progress \

@@ -270,15 +270,18 @@ pub enum Command {
         db: String,
     },
     /// Write the frozen artifact of a run's best genome (or of candidate ID): manifest.json,
-    /// kernel source, PTX and CUBIN per specialization, evo_kernel.py (PyTorch), kernel.h
-    /// (C/C++), README.md. RUN is a run name or run:ID; a number is a candidate id.
+    /// kernel source, PTX and CUBIN per specialization, evo_kernel.py (PyTorch op),
+    /// bench.py, kernel.h and example.cpp (C/C++), README.md. RUN is a run name or run:ID;
+    /// a number is a candidate id. Several runs with --per-shape: the fastest correct
+    /// variant of each shape over all of them.
     Export {
-        #[arg(value_name = "RUN|ID")]
-        what: String,
+        #[arg(value_name = "RUN|ID", required = true, num_args = 1..)]
+        what: Vec<String>,
         /// Folder to write (must not exist or be empty, unless --force).
         #[arg(long)]
         out: PathBuf,
-        /// The best genome of each shape, with a dispatch table that picks by shape.
+        /// The fastest correct genome of each shape (over every run given), with a
+        /// dispatch table that picks by shape.
         #[arg(long)]
         per_shape: bool,
         /// Replace an earlier artifact in --out.
@@ -287,9 +290,10 @@ pub enum Command {
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
     },
-    /// Check an artifact: every file's SHA-256, then (on a GPU) every correctness gate and
-    /// the timing of its kernels, compared with its manifest. Exit 3 when no GPU is here
-    /// (after the hash check).
+    /// Check an artifact: every file's SHA-256, every variant's source re-rendered from its
+    /// genome (and the genome's hash), then (on a GPU) every correctness gate and the
+    /// timing of its kernels, compared with its manifest. Exit 3 when no GPU is here
+    /// (after the checks that need none).
     Verify { dir: PathBuf },
     /// Run every gate on genomes of a config's family (no search): errors and times per
     /// shape, on a GPU.

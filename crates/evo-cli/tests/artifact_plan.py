@@ -1,6 +1,7 @@
 """Drives an artifact's evo_kernel.plan() with fake tensors (no torch, no GPU) for
 crates/evo-cli/tests/export.rs: prints JSON with the plan of every shape in the
-manifest, the error message of each bad call, and the dispatch picks of a few shapes."""
+manifest, for each unusual call the error (a call the kernels do not serve) or the
+inputs copied to contiguous first, and the dispatch picks of a few shapes."""
 import json, os, sys
 
 sys.path.insert(0, sys.argv[1])
@@ -14,7 +15,8 @@ out = {"plans": [], "errors": {}, "picks": {}}
 for v in ek.MANIFEST["variants"]:
     for s in v["shapes"]:
         sh = s["shape"]
-        q, k, vv = qkv(sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"], sh["HEAD_DIM"])
+        dtype = {"f16": "torch.float16", "bf16": "torch.bfloat16"}[sh["DTYPE"]]
+        q, k, vv = qkv(sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"], sh["HEAD_DIM"], dtype=dtype)
         p = ek.plan(q, k, vv, causal=sh["CAUSAL"])
         d = p.as_dict()
         if d["variant"] != v["name"] and ek.MANIFEST["dispatch"]["mode"] == "specialization":
@@ -38,9 +40,10 @@ cases = {
     "mixed_dtypes": lambda: ek.plan(Fake((1, 8, 64, 64), dtype="torch.bfloat16"), *qkv(1, 8, 64, 64, 64)[1:]),
     "grid_z": lambda: ek.plan(*qkv(70000, 1, 64, 64, 64)),
 }
+out["copies"] = {}
 for name, call in cases.items():
     try:
-        call()
+        out["copies"][name] = list(call().copies)
         out["errors"][name] = None
     except ek.ArtifactError as e:
         out["errors"][name] = str(e)

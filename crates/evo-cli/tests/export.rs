@@ -1,8 +1,12 @@
 //! `evo export` and `evo verify` without a GPU: a population database written through
-//! the evo-store API with measurements of real sdpa_fwd_mma genomes, exported for real
-//! (NVRTC compiles the CUBINs), then the layout, the manifest, the hashes, a standalone
-//! compile of kernel.cu, the Python binding's launch plan (with fake tensors, no torch),
-//! kernel.h's launch rule (through g++), the refusals and tamper detection.
+//! the evo-store API with measurements of real sdpa_fwd_mma (and sdpa_fwd_wgmma) genomes,
+//! exported for real (NVRTC compiles the CUBINs), then the layout, the manifest (no path
+//! of this machine in it), the hashes, a standalone compile of kernel.cu, the Python
+//! binding's launch plan (fake tensors, no torch), its call path through a fake torch and
+//! a fake libcuda.so.1 (plan cache, every fallback reason, strict mode, layout copies, the
+//! torch op, transformers), kernel.h's launch rule and example.cpp (through g++), the
+//! per-shape export over two runs of two families, the refusals, tamper detection and
+//! verify's re-render of every variant from its genome.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,8 +26,24 @@ const A: &str = "BLOCK_M=64,BLOCK_N=64,EPILOGUE=direct,NUM_WARPS=4,PRODUCER_WARP
 const B: &str = "BLOCK_M=128,BLOCK_N=32,EPILOGUE=smem,NUM_WARPS=8,PRODUCER_WARPS=1,Q_IN_REGS=false,STAGES=2,SWIZZLE=pad,WARP_SPEC=off";
 const C: &str = "BLOCK_M=64,BLOCK_N=32,EPILOGUE=direct,NUM_WARPS=4,PRODUCER_WARPS=1,Q_IN_REGS=true,STAGES=2,SWIZZLE=xor,WARP_SPEC=off";
 
-/// The five shapes of configs/sdpa.toml, complete.
+/// The ten shapes of configs/sdpa.toml, complete: five in fp16, then the same in bf16.
 fn shapes() -> Vec<Vars> {
+    with_bf16(&f16_shapes())
+}
+
+/// `shapes`, then each of them in bf16 (as the shipped configs list them).
+fn with_bf16(shapes: &[Vars]) -> Vec<Vars> {
+    let mut out = shapes.to_vec();
+    for s in shapes {
+        let mut b = s.clone();
+        b.insert("DTYPE".into(), Value::Str("bf16".into()));
+        out.push(b);
+    }
+    out
+}
+
+/// The five fp16 shapes of configs/sdpa.toml, complete.
+fn f16_shapes() -> Vec<Vars> {
     [
         (1, 8, 512, 64),
         (2, 8, 512, 64),
@@ -207,7 +227,15 @@ fn export_writes_a_complete_artifact() {
         names,
         [
             "README.md",
+            "bench.py",
             "evo_kernel.py",
+            "example.cpp",
+            "kernel.bf16_hd128.cu",
+            "kernel.bf16_hd128.ptx",
+            "kernel.bf16_hd128.sm_90a.cubin",
+            "kernel.bf16_hd64.cu",
+            "kernel.bf16_hd64.ptx",
+            "kernel.bf16_hd64.sm_90a.cubin",
             "kernel.f16_hd128.cu",
             "kernel.f16_hd128.ptx",
             "kernel.f16_hd128.sm_90a.cubin",
@@ -215,6 +243,7 @@ fn export_writes_a_complete_artifact() {
             "kernel.f16_hd64.ptx",
             "kernel.f16_hd64.sm_90a.cubin",
             "kernel.h",
+            "sdpa_bench.py",
         ]
     );
     for (name, hash) in files {
@@ -227,21 +256,24 @@ fn export_writes_a_complete_artifact() {
         "only the listed files and manifest.json"
     );
 
+    // The artifact's copy of the timing module is the repository's.
+    assert_eq!(
+        std::fs::read(out.join("sdpa_bench.py")).unwrap(),
+        std::fs::read(root().join("scripts/sdpa_bench.py")).unwrap()
+    );
+
     // Manifest schema: every field the format promises.
-    assert_eq!(m["schema"], "evo-artifact-2");
+    assert_eq!(m["schema"], "evo-artifact-3");
     for key in [
         "evo_version",
         "exported_unix",
         "problem",
-        "family",
         "mode",
-        "source",
+        "sources",
         "device",
         "driver",
         "nvrtc_version",
-        "search_nvrtc_version",
         "arch",
-        "compile",
         "abi",
         "spec_vars",
         "shape_vars",
@@ -252,22 +284,56 @@ fn export_writes_a_complete_artifact() {
         assert!(!m[key].is_null(), "manifest lacks {key}");
     }
     assert_eq!(m["problem"], "sdpa_fwd");
-    assert_eq!(m["family"], "sdpa_fwd_mma");
     assert_eq!(m["device"], "NVIDIA H100 80GB HBM3");
     assert_eq!(m["arch"], "sm_90a");
-    assert_eq!(m["source"]["run"], "night");
+    let sources = m["sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 1);
+    let source = &sources[0];
+    assert_eq!(source["run"], "night");
+    assert_eq!(source["family"], "sdpa_fwd_mma");
+    assert_eq!(source["evaluator"], "gpu");
+    assert_eq!(source["search_nvrtc_version"], "13.0");
     assert_eq!(
-        m["compile"]["options"],
+        source["compile"]["options"],
         serde_json::json!(["-std=c++17", "-lineinfo"])
+    );
+    // No path of this machine: the CUDA include folder is named by its role.
+    let text = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let include = evo_gpu::CudaInstall::global().unwrap().include.clone();
+    for path in [include.display().to_string(), root().display().to_string()] {
+        assert!(!text.contains(&path), "manifest.json names {path}");
+    }
+    assert!(!text.contains(&tmp.path().display().to_string()));
+    let options: Vec<&str> = source["compile"]["nvrtc_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert!(options.contains(&"-I{cuda_include}"), "{options:?}");
+    assert!(
+        options.contains(&"--gpu-architecture=sm_90a"),
+        "{options:?}"
     );
     let params = m["abi"]["params"].as_array().unwrap();
     assert_eq!(params.len(), 21);
     assert_eq!(params[20]["name"], "softmax_scale");
     let variants = m["variants"].as_array().unwrap();
-    assert_eq!(variants.len(), 2);
+    let names: Vec<&str> = variants
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f16_hd64", "f16_hd128", "bf16_hd64", "bf16_hd128"]);
     for v in variants {
         assert_eq!(v["candidate_id"], ids["best"]);
         assert_eq!(v["genome"], A);
+        assert_eq!(v["run"], "night");
+        assert_eq!(v["family"], "sdpa_fwd_mma");
+        assert_eq!(
+            v["contiguous"],
+            serde_json::json!([]),
+            "the mma family reads strides"
+        );
         for key in [
             "specialization",
             "launches",
@@ -310,18 +376,17 @@ fn export_writes_a_complete_artifact() {
     assert_eq!(m["dispatch"]["mode"], "specialization");
 
     // kernel.cu is self-contained: NVRTC compiles it alone (only CUDA's own headers),
-    // to the very CUBIN of the artifact when given the manifest's options.
+    // to the very CUBIN of the artifact when given the manifest's options (with this
+    // machine's CUDA include folder in its role's place).
     let source = std::fs::read_to_string(out.join("kernel.f16_hd64.cu")).unwrap();
     assert!(
         !source.contains("#include \""),
         "kernel.cu includes a local header"
     );
     assert!(source.contains("extern \"C\" __global__"));
-    let options: Vec<String> = m["compile"]["nvrtc_options"]
-        .as_array()
-        .unwrap()
+    let options: Vec<String> = options
         .iter()
-        .map(|o| o.as_str().unwrap().to_string())
+        .map(|o| o.replace("{cuda_include}", &include.display().to_string()))
         .collect();
     // (Under the name the search gave NVRTC, which -lineinfo records.)
     let name = m["variants"][0]["nvrtc_name"].as_str().unwrap();
@@ -338,12 +403,14 @@ fn export_writes_a_complete_artifact() {
         .contains(".entry sdpa_fwd"));
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(
-        readme.contains("from evo_kernel import attention"),
+        readme.contains("evo_kernel.scaled_dot_product_attention(q, k, v"),
         "{readme}"
     );
+    assert!(readme.contains("register_transformers()"), "{readme}");
 
     check_python_plan(&out, 0);
     check_python_launch(&out, 0);
+    check_python_loader(&out);
     check_kernel_h(&out);
 
     // --force replaces it; without it, a non-empty folder is refused.
@@ -363,14 +430,18 @@ fn export_writes_a_complete_artifact() {
         .assert()
         .success();
     assert_eq!(manifest(&out)["variants"][0]["genome"], B);
-    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 10);
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 19);
 
     // verify: intact → hashes ok, then no GPU here (exit 3) or a real check on a GPU.
     let v = evo(&db).arg("verify").arg(&out).assert();
     let o = v.get_output();
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
     let stderr = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(stdout.contains("hashes: ok (9 files)"), "{stdout}");
+    assert!(stdout.contains("hashes: ok (18 files)"), "{stdout}");
+    assert!(
+        stdout.contains("genomes: every variant's genome matches its hash and renders to its kernel source (4 variants)"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("f16_hd64: 4 timed shapes + 5 correctness-only shapes"),
         "{stdout}"
@@ -461,7 +532,7 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
             assert_eq!(
                 a[2],
                 serde_json::json!({
-                    "elem": "f16",
+                    "elem": shape["DTYPE"].to_string(),
                     "address": 4096 * (i as u64 + 1),
                     "dims": [d, seq, int("BATCH") * int("HEADS")],
                     "strides_bytes": [d * 2, d * seq * 2],
@@ -494,77 +565,143 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
         checked += 1;
     }
     assert!(checked >= 5, "plans for every manifest shape");
+    // Calls the kernels do not serve (the binding falls back to PyTorch for them).
     let errors = report["errors"].as_object().unwrap();
     let expect = [
         ("float32", "dtype torch.float32"),
-        ("cpu", "move it to a CUDA device"),
-        ("head_dim_96", "no kernel for"),
-        ("causal", "no kernel for"),
-        ("last_dim_strided", "contiguous in its last dimension"),
-        ("seq_stride_odd", "multiples of 8"),
-        ("misaligned", "16-byte aligned"),
+        ("cpu", "the kernels run on CUDA devices"),
+        ("head_dim_96", "head dim 96"),
+        ("causal", "is_causal=True"),
         ("kv_mismatch", "shapes do not fit"),
-        ("three_d", "must be 4-D"),
-        ("mixed_dtypes", "one dtype"),
+        ("three_d", "4-D (batch, heads, seq, head_dim)"),
+        ("mixed_dtypes", "different dtypes"),
         ("grid_z", "grid.z"),
     ];
     for (case, text) in expect {
         let got = errors[case].as_str().unwrap_or("(no error)");
         assert!(got.contains(text), "{case}: {got}");
     }
-    // Padded rows: ABI strides take them, a tensor map does not.
-    let padded = errors["padded_rows"].as_str();
-    if tmaps > 0 {
-        assert!(
-            padded.is_some_and(|e| e.contains("must be contiguous for this variant")),
-            "{padded:?}"
-        );
-    } else {
-        assert_eq!(padded, None);
+    // Layouts the kernels cannot read are copied to contiguous first: a strided last
+    // dimension, strides that are not multiples of 8 elements, and (for a variant that
+    // reads it through a tensor map: the family declares it contiguous) padded rows.
+    // Misaligned data is cloned at call time (plan() does not see addresses).
+    let copies = &report["copies"];
+    for case in ["last_dim_strided", "seq_stride_odd"] {
+        assert_eq!(copies[case], serde_json::json!(["q"]), "{case}");
+    }
+    assert_eq!(copies["misaligned"], serde_json::json!([]));
+    assert_eq!(
+        copies["padded_rows"],
+        if tmaps > 0 {
+            serde_json::json!(["q"])
+        } else {
+            serde_json::json!([])
+        }
+    );
+}
+
+/// A fake libcuda.so.1 built from tests/fake_cuda/libcuda.c into `dir`, or None (with
+/// the reason printed) when there is no gcc.
+fn fake_driver(dir: &Path) -> Option<()> {
+    let gcc = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("libcuda.so.1"))
+        .arg(root().join("crates/evo-cli/tests/fake_cuda/libcuda.c"))
+        .output();
+    match gcc {
+        Ok(o) if o.status.success() => Some(()),
+        Ok(o) => panic!("gcc: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            eprintln!("skipping the fake-driver checks: no gcc");
+            None
+        }
+    }
+}
+
+/// `script DIR` under the fake torch and transformers and the fake driver in `lib`, with
+/// `env`; its stdout as JSON (a failure prints its output).
+fn run_fake(lib: &Path, script: &str, dir: &Path, env: &[(&str, String)]) -> Option<Json> {
+    let py = python()?;
+    let mut c = std::process::Command::new(py);
+    c.env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg(root().join("crates/evo-cli/tests").join(script))
+        .arg(dir)
+        .env("PYTHONPATH", root().join("crates/evo-cli/tests/fake_cuda"))
+        .env("LD_LIBRARY_PATH", lib)
+        .env_remove("EVO_KERNEL_STRICT");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(serde_json::from_slice(&o.stdout).unwrap())
+}
+
+/// evo_kernel's call path (tests/artifact_loader.py) on a fake torch and driver: the plan
+/// cache, every fallback reason, strict mode, layout copies, the op, transformers.
+fn check_python_loader(dir: &Path) {
+    let tmp = tempfile::tempdir().unwrap();
+    if fake_driver(tmp.path()).is_none() {
+        return;
+    }
+    let Some(report) = run_fake(tmp.path(), "artifact_loader.py", dir, &[]) else {
+        return;
+    };
+    let checked: Vec<&str> = report["checked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for what in [
+        "cache",
+        "served",
+        "fallback:mask",
+        "fallback:dropout",
+        "fallback:gqa",
+        "fallback:dtype",
+        "fallback:head_dim",
+        "fallback:device",
+        "fallback:arch",
+        "fallback:shape",
+        "fallback:grad",
+        "strict:function",
+        "strict:environment",
+        "layout",
+        "op",
+        "transformers",
+    ] {
+        assert!(checked.contains(&what), "{what} not checked: {checked:?}");
     }
 }
 
 /// evo_kernel.attention() through ctypes into a fake libcuda.so.1 (and a fake torch):
-/// the driver calls it makes, and every launch parameter as the kernel would read it.
+/// the driver calls it makes, and every launch parameter as the kernel would read it; a
+/// second call of a shape reuses its plan and re-points its tensor maps.
 fn check_python_launch(dir: &Path, tmaps: usize) {
-    let Some(py) = python() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let fake = root().join("crates/evo-cli/tests/fake_cuda");
-    let gcc = std::process::Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(tmp.path().join("libcuda.so.1"))
-        .arg(fake.join("libcuda.c"))
-        .output();
-    match gcc {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!("gcc: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(_) => {
-            eprintln!("skipping the fake-driver launch check: no gcc");
-            return;
-        }
+    if fake_driver(tmp.path()).is_none() {
+        return;
     }
     let log = tmp.path().join("cuda.log");
-    let o = std::process::Command::new(py)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .arg(root().join("crates/evo-cli/tests/artifact_launch.py"))
-        .arg(dir)
-        .env("PYTHONPATH", &fake)
-        .env("LD_LIBRARY_PATH", tmp.path())
-        .env("FAKE_CUDA_LOG", &log)
-        .env("FAKE_CUDA_TMAPS", tmaps.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: Json = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(report["float32_error"]
-        .as_str()
-        .unwrap()
-        .contains("torch.float32"));
+    let Some(report) = run_fake(
+        tmp.path(),
+        "artifact_launch.py",
+        dir,
+        &[
+            ("FAKE_CUDA_LOG", log.display().to_string()),
+            ("FAKE_CUDA_TMAPS", tmaps.to_string()),
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(report["float32"], serde_json::json!({"dtype": 1}));
+    assert_eq!(report["served"], report["calls"].as_array().unwrap().len());
     let log = std::fs::read_to_string(&log).unwrap();
     let m = manifest(dir);
     let variants = m["variants"].as_array().unwrap();
@@ -588,8 +725,19 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
     let launches: Vec<&str> = log.lines().filter(|l| l.starts_with("launch")).collect();
     let calls = report["calls"].as_array().unwrap();
     assert_eq!(launches.len(), calls.len());
+    // Two plans per variant, each encoding its maps once; the third call re-points them.
+    assert_eq!(
+        log.matches("tmap aligned").count(),
+        2 * tmaps * variants.len(),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("replace aligned 1").count(),
+        tmaps * variants.len(),
+        "{log}"
+    );
     let problem = evo_kernels::problem("sdpa_fwd").unwrap();
-    for (line, call) in launches.iter().zip(calls) {
+    for (n, (line, call)) in launches.iter().zip(calls).enumerate() {
         let dims: Vec<i64> = call["shape"]
             .as_array()
             .unwrap()
@@ -609,7 +757,10 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
         }
         let v = variants
             .iter()
-            .find(|v| v["specialization"]["HEAD_DIM"] == d)
+            .find(|v| {
+                v["specialization"]["HEAD_DIM"] == d
+                    && v["specialization"]["DTYPE"] == call["dtype"]
+            })
             .unwrap();
         let c = &v["constants"];
         let block_m = c["BLOCK_M"].as_i64().unwrap();
@@ -634,8 +785,15 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
                 _ => unreachable!("pointers come first"),
             }
         }
-        // Each tensor map (q, k, v) encoded over its tensor, and passed by value.
+        // Each tensor map (q, k, v) encoded over its tensor (or, on the plan's next call,
+        // given the new tensor's address), and passed by value.
         for (i, p) in ptrs.iter().take(tmaps).enumerate() {
+            if n % 3 == 2 {
+                want.push_str(&format!(" tmap:{p}"));
+                let replace = format!("replace aligned 1 address {p}\n");
+                assert!(log.contains(&replace), "{replace}\n{log}");
+                continue;
+            }
             want.push_str(&format!(" tmap:{p}"));
             let (seq, rows) = if i == 0 {
                 (sq, block_m)
@@ -643,7 +801,8 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
                 (skv, c["BLOCK_N"].as_i64().unwrap())
             };
             let encode = format!(
-                "tmap aligned 1 dtype 6 rank 3 address {p} dims {d} {seq} {} strides {} {} box 64 {rows} 1 element_strides 1 1 1 interleave 0 swizzle 3 l2 2 oob 0",
+                "tmap aligned 1 dtype {} rank 3 address {p} dims {d} {seq} {} strides {} {} box 64 {rows} 1 element_strides 1 1 1 interleave 0 swizzle 3 l2 2 oob 0",
+                if call["dtype"] == "bf16" { 9 } else { 6 },
                 b * h,
                 d * 2,
                 d * seq * 2
@@ -669,8 +828,9 @@ fn format_g7(x: f32) -> String {
     }
 }
 
-/// kernel.h compiles with g++ against cuda.h, and its launch_dims() gives the manifest's
-/// launch on every shape.
+/// kernel.h compiles with g++ against cuda.h, its launch_dims() gives the manifest's
+/// launch on every shape, its `variants[]` table lists every variant with its
+/// specialization, and example.cpp compiles against it.
 fn check_kernel_h(dir: &Path) {
     let include = evo_gpu::CudaInstall::global().unwrap().include.clone();
     if std::process::Command::new("g++")
@@ -704,10 +864,28 @@ fn check_kernel_h(dir: &Path) {
             ));
         }
     }
+    // The variant table, in manifest order, with each variant's specialization.
+    main.push_str(
+        "  for (const auto& v : evo_artifact::variants) std::printf(\"%s %s %s %lld %d %d\\n\", v.name, v.cubin, v.dtype, v.head_dim, (int)v.causal, v.num_kernels);\n",
+    );
+    for v in m["variants"].as_array().unwrap() {
+        let spec = &v["specialization"];
+        expected.push_str(&format!(
+            "{} {} {} {} {} {}\n",
+            v["name"].as_str().unwrap(),
+            v["cubin_file"].as_str().unwrap(),
+            spec["DTYPE"].as_str().unwrap(),
+            spec["HEAD_DIM"],
+            spec["CAUSAL"].as_bool().unwrap() as i32,
+            v["launches"].as_array().unwrap().len()
+        ));
+    }
     main.push_str("  return 0;\n}\n");
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("main.cpp"), main).unwrap();
     let exe = tmp.path().join("main");
+    // The variant table takes each launch()'s address: linked against the fake driver.
+    fake_driver(tmp.path()).expect("gcc, as g++ is here");
     let o = std::process::Command::new("g++")
         .arg("-std=c++17")
         .arg("-Wall")
@@ -719,6 +897,10 @@ fn check_kernel_h(dir: &Path) {
         .arg(tmp.path().join("main.cpp"))
         .arg("-o")
         .arg(&exe)
+        .arg("-L")
+        .arg(tmp.path())
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", tmp.path().display()))
         .output()
         .unwrap();
     assert!(
@@ -753,6 +935,24 @@ fn check_kernel_h(dir: &Path) {
         "g++ -c: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // example.cpp (the artifact's C++ program over kernel.h's variant table) compiles and
+    // links (the driver calls the fake driver lacks left unresolved: it does not run here).
+    let o = std::process::Command::new("g++")
+        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(dir)
+        .arg("-I")
+        .arg(&include)
+        .arg(dir.join("example.cpp"))
+        .arg("-o")
+        .arg(tmp.path().join("example"))
+        .args(["-Wl,--unresolved-symbols=ignore-all"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "g++ example.cpp: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -770,21 +970,27 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
     assert_eq!(m["mode"], "per_shape");
     assert_eq!(m["dispatch"]["mode"], "per_shape");
     let table = m["dispatch"]["table"].as_array().unwrap();
-    assert_eq!(table.len(), 5);
+    assert_eq!(table.len(), 10);
     let a = Genome::parse(A).unwrap().hash().0;
     let b = Genome::parse(B).unwrap().hash().0;
+    // B is the faster on the third fp16 shape only.
     let want = [
         format!("f16_hd64_{}", &a[..8]),
         format!("f16_hd64_{}", &a[..8]),
         format!("f16_hd64_{}", &b[..8]),
         format!("f16_hd128_{}", &a[..8]),
         format!("f16_hd64_{}", &a[..8]),
+        format!("bf16_hd64_{}", &a[..8]),
+        format!("bf16_hd64_{}", &a[..8]),
+        format!("bf16_hd64_{}", &a[..8]),
+        format!("bf16_hd128_{}", &a[..8]),
+        format!("bf16_hd64_{}", &a[..8]),
     ];
     for (e, w) in table.iter().zip(&want) {
         assert_eq!(e["variant"].as_str().unwrap(), w);
         assert!(e["shape"]["SEQ_Q"].is_i64());
     }
-    assert_eq!(m["variants"].as_array().unwrap().len(), 3);
+    assert_eq!(m["variants"].as_array().unwrap().len(), 5);
     for (name, hash) in m["files"].as_object().unwrap() {
         assert_eq!(sha256(&out.join(name)), hash.as_str().unwrap(), "{name}");
     }
@@ -820,7 +1026,7 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
 }
 
 /// A database with run `name` of `configs/<config>.toml` (family `family`): one evaluated
-/// genome with a time on each of `shapes`.
+/// genome with a time on each of `shapes` (10, 11, ... µs), measured on an H200.
 fn one_genome_run(
     db: &Path,
     name: &str,
@@ -829,20 +1035,48 @@ fn one_genome_run(
     genome: &str,
     shapes: &[Vars],
 ) {
+    genome_run(
+        db,
+        &OneGenome {
+            name,
+            config_toml: std::fs::read_to_string(root().join(format!("configs/{config}.toml")))
+                .unwrap(),
+            family,
+            genome,
+            device: "NVIDIA H200",
+            times: shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.clone(), 10.0 + i as f64))
+                .collect(),
+        },
+    )
+}
+
+/// A run of one evaluated genome: its config text, family, GPU and time per shape.
+struct OneGenome<'a> {
+    name: &'a str,
+    config_toml: String,
+    family: &'a str,
+    genome: &'a str,
+    device: &'a str,
+    times: Vec<(Vars, f64)>,
+}
+
+fn genome_run(db: &Path, r: &OneGenome) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = Store::open(db.to_str().unwrap()).await.unwrap();
         let run = store
             .create_run(&NewRun {
-                name: name.into(),
-                config_toml: std::fs::read_to_string(root().join(format!("configs/{config}.toml")))
-                    .unwrap(),
+                name: r.name.into(),
+                config_toml: r.config_toml.clone(),
                 problem: "sdpa_fwd".into(),
-                family: family.into(),
+                family: r.family.into(),
                 seed: 1,
                 strategy: "evolution".into(),
                 evaluator: "gpu".into(),
-                device: Some("NVIDIA H200".into()),
+                device: Some(r.device.into()),
                 driver: Some("CUDA 13.0".into()),
                 nvrtc_version: Some("13.0".into()),
                 arch: Some("sm_90a".into()),
@@ -853,17 +1087,17 @@ fn one_genome_run(
             .insert_candidates(
                 run,
                 &[NewCandidate::new(
-                    Genome::parse(genome).unwrap(),
+                    Genome::parse(r.genome).unwrap(),
                     0,
                     Origin::Seed,
                 )],
             )
             .await
             .unwrap();
-        let times: Vec<NewMeasurement> = shapes
+        let times: Vec<NewMeasurement> = r
+            .times
             .iter()
-            .enumerate()
-            .map(|(i, s)| measurement(s, Some(10.0 + i as f64)))
+            .map(|(s, t)| measurement(s, Some(*t)))
             .collect();
         let result = CandidateResult {
             status: Status::Evaluated,
@@ -904,12 +1138,12 @@ fn export_of_a_split_kv_variant_with_scratch() {
         v
     };
     // The shapes of configs/sdpa_wgmma_splitkv.toml.
-    let measured = [
+    let measured = with_bf16(&[
         shape(1, 8, 128, 4096, 64),
         shape(1, 4, 64, 8192, 128),
         shape(2, 8, 512, 512, 64),
         shape(1, 8, 64, 16384, 64),
-    ];
+    ]);
     one_genome_run(
         &db,
         "split",
@@ -999,8 +1233,11 @@ fn export_of_a_family_with_tensor_map_arguments() {
         .assert()
         .success();
     let m = manifest(&out);
-    assert_eq!(m["family"], "sdpa_fwd_wgmma");
+    assert_eq!(m["sources"][0]["family"], "sdpa_fwd_wgmma");
     for v in m["variants"].as_array().unwrap() {
+        assert_eq!(v["family"], "sdpa_fwd_wgmma");
+        // TMA reads q, k, v whatever their strides: the family declares them contiguous.
+        assert_eq!(v["contiguous"], serde_json::json!(["q", "k", "v"]));
         let launches = v["launches"].as_array().unwrap();
         assert_eq!(launches.len(), 1);
         let args = launches[0]["args"].as_array().unwrap();
@@ -1011,7 +1248,7 @@ fn export_of_a_family_with_tensor_map_arguments() {
             args[21],
             serde_json::json!({"tensor_map": {
                 "param": "q",
-                "elem": "f16",
+                "elem": v["specialization"]["DTYPE"],
                 "dims": ["HEAD_DIM", "SEQ_Q", "BATCH * HEADS"],
                 "box_dims": ["SWIZZLE_BYTES / 2", "BLOCK_M", "1"],
                 "swizzle_bytes": 128,
@@ -1027,6 +1264,7 @@ fn export_of_a_family_with_tensor_map_arguments() {
     }
     check_python_plan(&out, 3);
     check_python_launch(&out, 3);
+    check_python_loader(&out);
     check_kernel_h(&out);
     // evo verify reads the arguments back (no GPU here: it stops after the hashes).
     let v = evo(&db).arg("verify").arg(&out).assert();
@@ -1079,7 +1317,8 @@ fn export_refuses_what_it_cannot_freeze() {
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("manifest.json"));
 }
 
-/// The GPU-side scripts at least parse (they need torch and a GPU to run).
+/// The GPU-side scripts at least parse (they need torch and a GPU to run); so does the
+/// GPU evidence script of the artifact (bench/gpu/artifact.sh).
 #[test]
 fn torch_scripts_compile() {
     let Some(py) = python() else { return };
@@ -1087,7 +1326,12 @@ fn torch_scripts_compile() {
         "scripts/compare_torch.py",
         "scripts/sdpa_bench.py",
         "scripts/torch_sdpa_baseline.py",
+        "scripts/artifact_overhead.py",
         "crates/evo-cli/src/export/evo_kernel.py",
+        "crates/evo-cli/src/export/bench.py",
+        "bench/gpu/artifact_torch_test.py",
+        "bench/gpu/artifact_transformers.py",
+        "bench/gpu/artifact_bench_cpu.py",
     ] {
         let o = std::process::Command::new(py)
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -1103,5 +1347,280 @@ fn torch_scripts_compile() {
             "{f}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
+    }
+    let o = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(root().join("bench/gpu/artifact.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bench/gpu/artifact.sh: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A complete fp16 sdpa_fwd shape.
+fn sdpa_shape(b: i64, h: i64, s: i64, d: i64, causal: bool) -> Vars {
+    let mut v = f16_shapes()[0].clone();
+    for (k, x) in [
+        ("BATCH", b),
+        ("HEADS", h),
+        ("SEQ_Q", s),
+        ("SEQ_KV", s),
+        ("HEAD_DIM", d),
+    ] {
+        v.insert(k.into(), Value::Int(x));
+    }
+    v.insert("CAUSAL".into(), Value::Bool(causal));
+    v
+}
+
+/// A config text without its bf16 shapes (each `[[shapes]]` block that sets bf16 dropped).
+fn f16_only(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut block: Vec<&str> = Vec::new();
+    let mut in_block = false;
+    for line in text.lines().chain([""]) {
+        if line.trim() == "[[shapes]]" {
+            in_block = true;
+        }
+        if in_block {
+            if line.trim().is_empty() || (line.starts_with('[') && line.trim() != "[[shapes]]") {
+                if !block.iter().any(|l| l.trim() == "DTYPE = \"bf16\"") {
+                    out.append(&mut block);
+                }
+                block.clear();
+                in_block = line.trim() == "[[shapes]]";
+                if !in_block {
+                    out.push(line);
+                    continue;
+                }
+            }
+            block.push(line);
+        } else {
+            out.push(line);
+        }
+    }
+    out.join("\n")
+}
+
+/// `evo export RUN_A RUN_B --per-shape`: two runs of two families (sdpa_fwd_mma on
+/// configs/sdpa.toml, sdpa_fwd_wgmma on the fp16 shapes of configs/sdpa_wgmma_quick.toml),
+/// one GPU. Every shape either run measured gets the fastest correct variant over both
+/// (the Hopper genome wins the long shape both measured, and is the only one for its own
+/// shapes); each variant names its run and family; evo verify re-renders every variant
+/// with its own run's family and config; Python's dispatch sends a causal call at a seed
+/// shape to the nearest causal (Hopper) kernel and a non-causal one to mma. An edited
+/// genome in the manifest fails verify, with or without its hash edited to match.
+#[test]
+fn per_shape_export_over_two_runs_of_two_families() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    fixture(&db);
+    let quick =
+        f16_only(&std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap());
+    assert_eq!(quick.matches("[[shapes]]").count(), 4, "{quick}");
+    let hopper = [
+        (sdpa_shape(2, 8, 2048, 64, false), 5.0),
+        (sdpa_shape(4, 16, 4096, 128, false), 900.0),
+        (sdpa_shape(2, 8, 2048, 64, true), 40.0),
+        (sdpa_shape(4, 16, 4096, 128, true), 600.0),
+    ];
+    genome_run(
+        &db,
+        &OneGenome {
+            name: "hopper",
+            config_toml: quick,
+            family: "sdpa_fwd_wgmma",
+            genome: W,
+            device: "NVIDIA H100 80GB HBM3",
+            times: hopper.to_vec(),
+        },
+    );
+    let out = tmp.path().join("art");
+    let o = evo(&db)
+        .args(["export", "night", "hopper", "--per-shape", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&o.get_output().stdout).to_string();
+    assert!(
+        stdout.contains("exported runs night, hopper (8 variants)"),
+        "{stdout}"
+    );
+    let m = manifest(&out);
+    let runs: Vec<(&str, &str)> = m["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["run"].as_str().unwrap(), s["family"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        [("night", "sdpa_fwd_mma"), ("hopper", "sdpa_fwd_wgmma")]
+    );
+    let a = &Genome::parse(A).unwrap().hash().0[..8];
+    let w = &Genome::parse(W).unwrap().hash().0[..8];
+    // night's ten shapes in its order (the Hopper genome wins the third), then hopper's own.
+    let want = [
+        format!("f16_hd64_{a}"),
+        format!("f16_hd64_{a}"),
+        format!("f16_hd64_{w}"),
+        format!("f16_hd128_{a}"),
+        format!("f16_hd64_{a}"),
+        format!("bf16_hd64_{a}"),
+        format!("bf16_hd64_{a}"),
+        format!("bf16_hd64_{a}"),
+        format!("bf16_hd128_{a}"),
+        format!("bf16_hd64_{a}"),
+        format!("f16_hd128_{w}"),
+        format!("f16_hd64_causal_{w}"),
+        format!("f16_hd128_causal_{w}"),
+    ];
+    let table: Vec<&str> = m["dispatch"]["table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(table, want);
+    let variants = m["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 8);
+    for v in variants {
+        let name = v["name"].as_str().unwrap();
+        let (run, family, genome, contiguous) = if name.ends_with(w) {
+            (
+                "hopper",
+                "sdpa_fwd_wgmma",
+                W,
+                serde_json::json!(["q", "k", "v"]),
+            )
+        } else {
+            ("night", "sdpa_fwd_mma", A, serde_json::json!([]))
+        };
+        assert_eq!(
+            (
+                v["run"].as_str(),
+                v["family"].as_str(),
+                v["genome"].as_str()
+            ),
+            (Some(run), Some(family), Some(genome)),
+            "{name}"
+        );
+        assert_eq!(v["contiguous"], contiguous, "{name}");
+    }
+    // The Hopper variant of the shape both runs measured carries its own run's time.
+    let won = variants
+        .iter()
+        .find(|v| v["name"] == format!("f16_hd64_{w}"))
+        .unwrap();
+    assert_eq!(won["shapes"][0]["median_us"], 5.0);
+    for (name, hash) in m["files"].as_object().unwrap() {
+        assert_eq!(sha256(&out.join(name)), hash.as_str().unwrap(), "{name}");
+    }
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(readme.contains("sdpa_fwd_mma, sdpa_fwd_wgmma"), "{readme}");
+
+    // Python's dispatch over the combined table.
+    if let Some(py) = python() {
+        let script = "import json, sys\nsys.path.insert(0, sys.argv[1])\nsys.path.insert(0, sys.argv[2])\n\
+            import evo_kernel as ek, artifact_fakes as f\n\
+            out = {}\n\
+            for b, h, s, d, c in [(1, 8, 512, 64, False), (1, 8, 512, 64, True), (2, 8, 2048, 64, False), (4, 16, 4096, 128, True), (1, 8, 512, 128, True)]:\n\
+            \x20   out[f'{b},{h},{s},{d},{c}'] = ek.plan(*f.qkv(b, h, s, s, d), causal=c).variant['name']\n\
+            print(json.dumps(out))\n";
+        let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-c", script])
+            .arg(&out)
+            .arg(root().join("crates/evo-cli/tests"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let picks: Json = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(picks["1,8,512,64,False"], format!("f16_hd64_{a}"));
+        assert_eq!(picks["1,8,512,64,True"], format!("f16_hd64_causal_{w}"));
+        assert_eq!(picks["2,8,2048,64,False"], format!("f16_hd64_{w}"));
+        assert_eq!(picks["4,16,4096,128,True"], format!("f16_hd128_causal_{w}"));
+        assert_eq!(picks["1,8,512,128,True"], format!("f16_hd128_causal_{w}"));
+    }
+
+    // verify re-renders every variant with its own run's family and config.
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(stdout.contains("hashes: ok"), "{stdout}");
+    assert!(
+        stdout.contains("renders to its kernel source (8 variants)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("manifest: consistent"), "{stdout}");
+
+    // An edited genome (the manifest is not hashed): refused, whether the hash was left
+    // alone or edited to match.
+    let text = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let mut edited: Json = serde_json::from_str(&text).unwrap();
+    let first = &mut edited["variants"][0];
+    assert_eq!(first["genome"], A);
+    first["genome"] = Json::from(C);
+    std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+    let e = evo(&db).arg("verify").arg(&out).assert().failure();
+    let err = String::from_utf8_lossy(&e.get_output().stderr).to_string();
+    assert!(
+        err.contains("the manifest gives genome hash") && err.contains("hashes to"),
+        "{err}"
+    );
+    edited["variants"][0]["genome_hash"] = Json::from(Genome::parse(C).unwrap().hash().0);
+    std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+    let e = evo(&db).arg("verify").arg(&out).assert().failure();
+    let err = String::from_utf8_lossy(&e.get_output().stderr).to_string();
+    assert!(
+        err.contains(&format!(
+            "kernel.f16_hd64_{a}.cu is not the source genome `{C}` renders to"
+        )),
+        "{err}"
+    );
+    std::fs::write(out.join("manifest.json"), &text).unwrap();
+    evo(&db)
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .stdout(predicates::str::contains("genomes: every variant"));
+}
+
+/// Combining runs: only per shape, each run once, runs of one GPU, no candidate ids.
+#[test]
+fn export_refuses_runs_it_cannot_combine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    one_genome_run(&db, "h200", "sdpa_wgmma", "sdpa_fwd_wgmma", W, &shapes());
+    let out = tmp.path().join("art");
+    let second = ids["second"].to_string();
+    for (args, needle) in [
+        (vec!["night", "h200"], "add --per-shape"),
+        (
+            vec!["night", "night", "--per-shape"],
+            "run `night` is named twice",
+        ),
+        (
+            vec!["night", second.as_str(), "--per-shape"],
+            "exported alone",
+        ),
+        (
+            vec!["night", "h200", "--per-shape"],
+            "runs `night` and `h200` differ in GPU (NVIDIA H100 80GB HBM3 vs NVIDIA H200)",
+        ),
+    ] {
+        let a = evo(&db)
+            .arg("export")
+            .args(&args)
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .failure();
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }

@@ -219,7 +219,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             templates,
             json: cli.json,
         }),
-        Command::Verify { dir } => crate::export::verify::run(dir, cli.json),
+        Command::Verify { dir } => crate::export::verify::run(dir, templates, cli.json),
         Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
         Command::Profile {
             file,

@@ -1,16 +1,38 @@
-//! The artifact's generated files besides the kernels: `evo_kernel.py` (fixed text that
-//! reads `manifest.json`), `kernel.h` (launch rule and argument packing per variant, in
-//! C++) and `README.md`.
+//! The artifact's files besides the kernels: fixed text that reads `manifest.json`
+//! (`evo_kernel.py`, the PyTorch op; `bench.py` with `sdpa_bench.py`, its timing against
+//! every SDPA backend; `example.cpp`, a C++ program over `kernel.h`) and generated text
+//! (`kernel.h`: launch rule and argument packing per variant, in C++; `README.md`).
 
 use std::fmt::Write as _;
 
 use anyhow::{bail, Result};
-use evo_core::Genome;
+use evo_core::{Genome, Value};
 
 use super::manifest::Manifest;
 
 /// The PyTorch binding; it reads everything it needs from `manifest.json` beside it.
 pub const EVO_KERNEL_PY: &str = include_str!("evo_kernel.py");
+
+/// `python3 DIR/bench.py`: the artifact against every SDPA backend, eager and in CUDA
+/// graphs, on the manifest's shapes.
+pub const BENCH_PY: &str = include_str!("bench.py");
+
+/// The timing method bench.py uses, the one of evo's timing gate: the repository's
+/// `scripts/sdpa_bench.py`, copied so that the artifact stands alone.
+pub const SDPA_BENCH_PY: &str = include_str!("../../../../scripts/sdpa_bench.py");
+
+/// A C++ program over `kernel.h`: a variant on a small shape against a CPU reference.
+pub const EXAMPLE_CPP: &str = include_str!("example.cpp");
+
+/// The fixed files every artifact holds, by file name.
+pub fn fixed_files() -> [(&'static str, &'static str); 4] {
+    [
+        ("evo_kernel.py", EVO_KERNEL_PY),
+        ("bench.py", BENCH_PY),
+        ("sdpa_bench.py", SDPA_BENCH_PY),
+        ("example.cpp", EXAMPLE_CPP),
+    ]
+}
 
 fn c_param(kind: &str, name: &str) -> String {
     match kind {
@@ -35,7 +57,8 @@ fn c_tensor_map_dtype(elem: &str) -> Result<&'static str> {
 /// `kernel.h`: per variant, its CUBIN file and kernel names, `launch_dims(kernel,
 /// shape)` from the launch rules, `workspace_bytes(shape)` (scratch) and
 /// `launch(functions, stream, ABI arguments..., workspace)`, which encodes the tensor
-/// maps and launches every kernel in order.
+/// maps and launches every kernel in order; then `variants[]`, every variant with its
+/// specialization, for picking one at run time.
 pub fn kernel_h(m: &Manifest) -> Result<String> {
     let mut h = String::new();
     let first = &m.variants[0];
@@ -75,7 +98,7 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
     writeln!(
         h,
         "// kernel.h: C/C++ launch helper for the evo artifact in this folder (written by evo export {}).\n\
-         // Problem {}, family {}, run {}. manifest.json has the measurements; README.md the details.\n\
+         // Problem {}, famil{} {}, run{} {}. manifest.json has the measurements; README.md the details.\n\
          //\n\
          // Usage (CUDA driver API, link with -lcuda):\n\
          //   namespace v = evo_artifact::{v};\n\
@@ -88,8 +111,14 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
          // Kernel ABI:\n//   {}",
         m.evo_version,
         m.problem,
-        m.family,
-        m.source.run,
+        if families(m).len() == 1 { "y" } else { "ies" },
+        families(m).join(", "),
+        if m.sources.len() == 1 { "" } else { "s" },
+        m.sources
+            .iter()
+            .map(|s| s.run.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         m.abi.text.replace('\n', "\n//   "),
         v = first.name,
         shape = shape_args,
@@ -299,58 +328,138 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         h.push_str("    return r;\n}\n");
         writeln!(h, "}}  // namespace {}", v.name)?;
     }
+    h.push_str(&variant_table(m, &shape_params, &abi_params)?);
     h.push_str("\n}  // namespace evo_artifact\n");
     Ok(h)
 }
 
-/// `README.md`: what the artifact is, the three lines to call it, and its numbers.
+/// The families of a manifest's variants, in order of appearance.
+fn families(m: &Manifest) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for v in &m.variants {
+        if !out.contains(&v.family.as_str()) {
+            out.push(&v.family);
+        }
+    }
+    out
+}
+
+/// `struct Variant` and `variants[]`: each variant's name, CUBIN, specialization (one
+/// field per spec variable, in lower case: `dtype`, `head_dim`, `causal`) and pointers
+/// to its `workspace_bytes` and `launch`, so a program picks a variant at run time.
+fn variant_table(m: &Manifest, shape_params: &[String], abi_params: &[String]) -> Result<String> {
+    let mut h = String::new();
+    let fields: Vec<(String, &str)> = m
+        .spec_vars
+        .iter()
+        .map(|name| {
+            let ty = match m.variants[0].specialization.get(name) {
+                Some(Value::Int(_)) => "long long",
+                Some(Value::Bool(_)) => "bool",
+                Some(Value::Str(_)) => "const char*",
+                None => bail!("variant {} has no {name}", m.variants[0].name),
+            };
+            Ok((name.to_lowercase(), ty))
+        })
+        .collect::<Result<_>>()?;
+    h.push_str("\n// Every variant, for picking one at run time (example.cpp does).\nstruct Variant {\n    const char* name;\n    const char* cubin;\n");
+    for (field, ty) in &fields {
+        writeln!(h, "    {ty} {field};")?;
+    }
+    writeln!(
+        h,
+        "    int num_kernels;\n    const char* const* kernels;\n    \
+         unsigned long long (*workspace_bytes)({});\n    \
+         CUresult (*launch)(const CUfunction* fns, CUstream stream, {}, CUdeviceptr workspace);\n}};",
+        shape_params.join(", "),
+        abi_params.join(", ")
+    )?;
+    writeln!(h, "constexpr int num_variants = {};", m.variants.len())?;
+    h.push_str("inline const Variant variants[num_variants] = {\n");
+    for v in &m.variants {
+        let mut values = Vec::new();
+        for name in &m.spec_vars {
+            values.push(match v.specialization.get(name) {
+                Some(Value::Int(i)) => format!("{i}"),
+                Some(Value::Bool(b)) => format!("{b}"),
+                Some(Value::Str(s)) => format!("\"{s}\""),
+                None => bail!("variant {} has no {name}", v.name),
+            });
+        }
+        writeln!(
+            h,
+            "    {{\"{n}\", {n}::cubin, {}, {n}::num_kernels, {n}::kernels, &{n}::workspace_bytes, &{n}::launch}},",
+            values.join(", "),
+            n = v.name
+        )?;
+    }
+    h.push_str("};\n");
+    Ok(h)
+}
+
+/// `README.md`: what the artifact is, how to call it, and its numbers.
 pub fn readme(m: &Manifest) -> String {
     let mut r = String::new();
     let problem = evo_kernels::problem(&m.problem);
     let _ = writeln!(
         r,
         "# evo artifact: {} ({})\n\n\
-         Exported by evo {} from run `{}` (searched on {}, {}; compiled by NVRTC {} for {}).\n\
+         Exported by evo {} from run{} {} (searched on {}, {}; compiled by NVRTC {} for {}).\n\
          Kernels that passed every correctness gate of the search; `manifest.json` has the\n\
          genomes, the launch rule, the measured times and errors per shape, and the SHA-256\n\
          of every file.\n",
         m.problem,
-        m.family,
+        families(m).join(", "),
         m.evo_version,
-        m.source.run,
+        if m.sources.len() == 1 { "" } else { "s" },
+        m.sources
+            .iter()
+            .map(|s| format!("`{}`", s.run))
+            .collect::<Vec<_>>()
+            .join(", "),
         m.device.as_deref().unwrap_or("an unknown GPU"),
         m.driver.as_deref().unwrap_or("unknown driver"),
         m.nvrtc_version,
         m.arch
     );
-    let dtypes: Vec<String> = m
-        .variants
+    let specs: Vec<String> = m
+        .dispatch
+        .table
         .iter()
-        .filter_map(|v| v.specialization.get("DTYPE").map(|d| d.to_string()))
-        .collect();
-    let torch_dtype = if dtypes.iter().all(|d| d == "bf16") {
-        "bfloat16"
-    } else {
-        "float16"
-    };
+        .map(|e| Genome::from_vars(e.specialization.clone()).canonical())
+        .fold(Vec::new(), |mut acc, s| {
+            if !acc.contains(&s) {
+                acc.push(s);
+            }
+            acc
+        });
     let _ = writeln!(
         r,
         "## Use it from PyTorch\n\n\
-         Needs PyTorch and the CUDA driver only (no evo, no compiler):\n\n\
+         Needs PyTorch (2.4 or newer for torch.compile) and the CUDA driver only (no evo, no\n\
+         compiler). The signature is `torch.nn.functional.scaled_dot_product_attention`'s:\n\n\
          ```python\n\
          import sys; sys.path.insert(0, \"/path/to/this/folder\")\n\
-         from evo_kernel import attention\n\
-         o = attention(q, k, v, causal={})  # q: (batch, heads, seq_q, head_dim), k, v: (batch, heads, seq_kv, head_dim), torch.{torch_dtype} on the GPU\n\
+         import evo_kernel\n\
+         o = evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=True)  # (batch, heads, seq, head_dim) CUDA tensors\n\
+         print(evo_kernel.stats())   # calls served by the artifact's kernels, and fallbacks to PyTorch by reason\n\
          ```\n\n\
-         `attention` checks dtype, device, shapes, head dim, causal support and layout (last\n\
-         dimension contiguous, other strides multiples of 8 elements) and says what to change;\n\
-         `scale=` overrides the default 1/sqrt(head_dim). It loads the CUBIN into the\n\
-         device's primary context (PyTorch's) and launches on the current stream.\n",
-        if m.variants.iter().all(|v| v.specialization.get("CAUSAL") == Some(&evo_core::Value::Bool(true))) {
-            "True"
-        } else {
-            "False"
-        }
+         The kernels cover {}. Every other call (a mask, dropout, grouped-query heads,\n\
+         another dtype or head dim, inputs that require grad, ...) goes to PyTorch's own\n\
+         `scaled_dot_product_attention` with the same arguments and is counted by reason in\n\
+         `evo_kernel.stats()`; `evo_kernel.set_strict(True)` or `EVO_KERNEL_STRICT=1` raises\n\
+         `evo_kernel.FallbackError` naming the reason instead. A call is planned once per\n\
+         (device, dtype, shapes, strides, causal, scale) and then costs a dictionary look-up, the\n\
+         output allocation and the driver launch on PyTorch's current stream. It is also the\n\
+         torch op `evo_kernel.OP` (`torch.ops.evo.*`, with a fake implementation), so\n\
+         `torch.compile(fullgraph=True)` and CUDA-graph capture take it. In a Hugging Face model:\n\n\
+         ```python\n\
+         evo_kernel.register_transformers()   # registers attn_implementation=\"evo\"\n\
+         model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=\"evo\")\n\
+         ```\n\n\
+         `python3 bench.py` (in this folder) times it against every PyTorch SDPA backend, eager\n\
+         and in CUDA graphs, on the manifest's shapes.\n",
+        specs.join("; ")
     );
     let _ = writeln!(
         r,
@@ -358,7 +467,13 @@ pub fn readme(m: &Manifest) -> String {
          `kernel.h` has, per variant, the CUBIN's file name and kernel names, `launch_dims(i, ...)`\n\
          (kernel i's launch rule), `workspace_bytes(...)` (its scratch buffers) and\n\
          `launch(fns, stream, ..., workspace)`, which takes the arguments in ABI order, encodes\n\
-         any TMA tensor maps and launches every kernel in order:\n\n\
+         any TMA tensor maps and launches every kernel in order; `variants[]` lists them with\n\
+         their specializations. `example.cpp` runs a variant on a small shape against a CPU\n\
+         reference and times it:\n\n\
+         ```sh\n\
+         g++ -std=c++17 -O2 -I. -I$CUDA_HOME/include example.cpp -o example -lcuda && ./example . [VARIANT]\n\
+         ```\n\n\
+         The kernel ABI:\n\n\
          ```\n{}\n```\n",
         m.abi.text
     );
@@ -366,14 +481,16 @@ pub fn readme(m: &Manifest) -> String {
         r,
         "## Kernels\n\n\
          Dispatch ({}): {}\n\n\
-         | variant | specialization | genome | files |\n|---|---|---|---|",
+         | variant | family (run) | specialization | genome | files |\n|---|---|---|---|---|",
         m.dispatch.mode, m.dispatch.rule
     );
     for v in &m.variants {
         let _ = writeln!(
             r,
-            "| {} | {} | `{}` [{}] | {}, {}, {} |",
+            "| {} | {} ({}) | {} | `{}` [{}] | {}, {}, {} |",
             v.name,
+            v.family,
+            v.run,
             Genome::from_vars(v.specialization.clone()).canonical(),
             v.genome,
             v.genome_hash,
@@ -426,10 +543,10 @@ pub fn readme(m: &Manifest) -> String {
     let _ = writeln!(
         r,
         "\n## Check it\n\n\
-         `evo verify <this folder>` checks every SHA-256, then re-runs the correctness gates and\n\
-         the timing on the current GPU and compares with the numbers above (a different GPU,\n\
-         driver or NVRTC is reported). `python3 scripts/compare_torch.py <this folder>` (in the\n\
-         evo repository) compares it with PyTorch SDPA."
+         `evo verify <this folder>` checks every SHA-256 and that every kernel source is what its\n\
+         genome renders to, then re-runs the correctness gates and the timing on the current GPU\n\
+         and compares with the numbers above (a different GPU, driver or NVRTC is reported).\n\
+         `python3 bench.py` compares it with PyTorch SDPA (every backend, eager and CUDA graph)."
     );
     r
 }

@@ -1,8 +1,9 @@
-//! The frozen artifact's `manifest.json` (schema `evo-artifact-2`): what was exported,
-//! from which run, how to launch it (every kernel of a variant in order, with its own
+//! The frozen artifact's `manifest.json` (schema `evo-artifact-3`): what was exported,
+//! from which runs, how to launch it (every kernel of a variant in order, with its own
 //! arguments: ABI parameters, scratch buffers, integer expressions, TMA tensor maps),
 //! what it measured, and the SHA-256 of every other file. `evo export` writes it,
-//! `evo verify` and `evo_kernel.py` read it.
+//! `evo verify` and `evo_kernel.py` read it. No path of the exporting machine is in it:
+//! include directories are named by role ([`CUDA_INCLUDE`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,10 +18,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The schema this evo writes and reads. A new incompatible layout gets a new number.
-pub const SCHEMA: &str = "evo-artifact-2";
+pub const SCHEMA: &str = "evo-artifact-3";
 
 /// The file every artifact has; it is not in its own `files` list.
 pub const MANIFEST: &str = "manifest.json";
+
+/// Stands for the CUDA include folder of the compiling machine in `nvrtc_options`
+/// (`-I{cuda_include}`): a role, not a path of the machine that exported.
+pub const CUDA_INCLUDE: &str = "{cuda_include}";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,21 +37,19 @@ pub struct Manifest {
     /// Seconds since the Unix epoch.
     pub exported_unix: u64,
     pub problem: String,
-    pub family: String,
-    /// `best` (one genome, every specialization) or `per_shape` (best genome per shape).
+    /// `best` (one genome, every specialization) or `per_shape` (the fastest genome per
+    /// shape, over every run given).
     pub mode: String,
-    pub source: Provenance,
-    /// The GPU the measurements come from.
+    /// The runs the variants come from (one, or several with `per_shape`).
+    pub sources: Vec<Source>,
+    /// The GPU the measurements come from (every source's).
     pub device: Option<String>,
-    /// CUDA version of the driver the search ran on, e.g. `CUDA 13.0`.
+    /// CUDA version of the driver the searches ran on, e.g. `CUDA 13.0`.
     pub driver: Option<String>,
     /// NVRTC that compiled the exported files.
     pub nvrtc_version: String,
-    /// NVRTC the search used.
-    pub search_nvrtc_version: Option<String>,
     /// `--gpu-architecture` of the CUBINs, e.g. `sm_90a`.
     pub arch: String,
-    pub compile: CompileInfo,
     pub abi: Abi,
     /// Names of the compile-time variables (one kernel per assignment).
     pub spec_vars: Vec<String>,
@@ -59,19 +62,24 @@ pub struct Manifest {
     pub files: BTreeMap<String, String>,
 }
 
-/// Where the artifact came from.
+/// A run the artifact's variants come from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Provenance {
+pub struct Source {
     pub run: String,
     pub run_id: i64,
     /// `gpu` (only real measurements are exported).
     pub evaluator: String,
+    pub family: String,
     /// The search config as the run stored it: shapes, tolerances, timing settings.
-    /// `evo verify` runs the gates with these settings.
+    /// `evo verify` runs the gates with these settings and re-renders the variants with
+    /// its specializations.
     pub config_toml: String,
     /// The run's baseline per shape (canonical shape text → µs), when it had one.
     pub baseline_us: BTreeMap<String, f64>,
+    /// NVRTC the search used.
+    pub search_nvrtc_version: Option<String>,
+    pub compile: CompileInfo,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -81,7 +89,8 @@ pub struct CompileInfo {
     pub options: Vec<String>,
     /// `[compile] max_registers` (0: none).
     pub max_registers: u32,
-    /// Every option NVRTC got (evo adds the architecture, the include path and `-v`).
+    /// Every option NVRTC got (evo adds the architecture, the include folder and `-v`),
+    /// the include folder as `-I{cuda_include}` ([`CUDA_INCLUDE`]).
     pub nvrtc_options: Vec<String>,
 }
 
@@ -113,6 +122,9 @@ pub struct AbiParam {
 pub struct Variant {
     /// Unique in the artifact; names its files.
     pub name: String,
+    /// The run it comes from (a `sources` entry) and that run's family.
+    pub run: String,
+    pub family: String,
     pub candidate_id: i64,
     pub genome: String,
     pub genome_hash: String,
@@ -134,10 +146,10 @@ pub struct Variant {
     /// contents on entry do not matter: the gates poisoned them with NaN).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scratch: Vec<ScratchText>,
-    /// Tensors (q, k, v, o) the kernels read or write only contiguous (the family's
-    /// `contiguous`): the gates tested them contiguous, so a caller passes them so (the
-    /// PyTorch loader copies); every other tensor may have any strides the ABI allows.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Tensors (of `q`, `k`, `v`, `o`: the ABI's pointer names) the family's kernels
+    /// read or write only in the contiguous layout (e.g. through TMA tensor maps): the
+    /// gates tested them contiguous, so a caller passes them so (the PyTorch binding
+    /// copies); every other tensor may have any strides the ABI allows.
     pub contiguous: Vec<String>,
     /// Per kernel, from ptxas.
     pub resources: Vec<KernelResources>,
@@ -280,6 +292,33 @@ impl Manifest {
         }
         serde_json::from_value(value).with_context(|| format!("parsing {}", path.display()))
     }
+
+    /// The run a variant comes from.
+    pub fn source_of(&self, v: &Variant) -> Result<&Source> {
+        self.sources.iter().find(|s| s.run == v.run).ok_or_else(|| {
+            anyhow!(
+                "variant {} names run `{}`, which is not among the manifest's sources",
+                v.name,
+                v.run
+            )
+        })
+    }
+}
+
+/// `options` with the CUDA include folder `include` written as its role
+/// (`-I{cuda_include}`), so that no path of this machine lands in the manifest.
+pub fn portable_options(options: &[String], include: &Path) -> Vec<String> {
+    let here = format!("-I{}", include.display());
+    options
+        .iter()
+        .map(|o| {
+            if *o == here {
+                format!("-I{CUDA_INCLUDE}")
+            } else {
+                o.clone()
+            }
+        })
+        .collect()
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -763,6 +802,8 @@ mod tests {
                 let texts = launch_texts(&f, &params, &vars, &shape).unwrap();
                 let v = Variant {
                     name: "v".into(),
+                    run: "r".into(),
+                    family: family.into(),
                     candidate_id: 1,
                     genome: g.canonical(),
                     genome_hash: g.hash().0,

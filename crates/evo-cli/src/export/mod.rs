@@ -1,13 +1,16 @@
 //! `evo export` and `evo verify`: the frozen artifact a program calls without evo.
 //!
-//! `evo export RUN|ID --out DIR` takes the best genome of a run (or one candidate, or
-//! with `--per-shape` the best genome of each shape), renders and recompiles it for every
-//! specialization the run covered exactly as the search did (same template, options and
-//! architecture; the compile cache hands back the search's own CUBIN when nothing
-//! changed), and writes `manifest.json` ([`manifest`]), one `kernel.<variant>.cu`,
-//! `.ptx` and `.<arch>.cubin` per variant, `evo_kernel.py` (PyTorch, through the CUDA
-//! driver), `kernel.h` (C/C++ launch helper) and `README.md`. `evo verify DIR`
-//! ([`verify`]) checks the hashes and re-runs the gates on the current GPU.
+//! `evo export RUN|ID --out DIR` takes the best genome of a run (or one candidate; with
+//! `--per-shape` the fastest correct genome of each shape, over one run or several runs
+//! of any families: `evo export RUN_A RUN_B --per-shape`), renders and recompiles it for
+//! every specialization the run covered exactly as the search did (same template,
+//! options and architecture; the compile cache hands back the search's own CUBIN when
+//! nothing changed), and writes `manifest.json` ([`manifest`]), one `kernel.<variant>.cu`,
+//! `.ptx` and `.<arch>.cubin` per variant, and the fixed files ([`files`]): `evo_kernel.py`
+//! (the PyTorch op, through the CUDA driver), `bench.py` with `sdpa_bench.py` (timing
+//! against every SDPA backend), `kernel.h` (C/C++ launch helper), `example.cpp` (a C++
+//! program using it) and `README.md`. `evo verify DIR` ([`verify`]) checks the hashes,
+//! re-renders every variant from its genome, and re-runs the gates on the current GPU.
 
 pub mod files;
 pub mod manifest;
@@ -18,23 +21,25 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
+use evo_core::config::SearchConfig;
 use evo_core::Status;
-use evo_core::{Genome, Value, Vars};
+use evo_core::{Genome, Target, Value, Vars};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::Problem;
 use evo_run::Context as Loaded;
 use evo_store::{Candidate, CandidateId, Run, Store};
 
 use manifest::{
-    Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, Provenance, ShapeRecord, Variant,
-    MANIFEST, RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
+    Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, ShapeRecord, Source, Variant, MANIFEST,
+    RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
 };
 
 /// Problems with a PyTorch binding (`evo_kernel.py`).
 const BOUND_PROBLEMS: [&str; 1] = ["sdpa_fwd"];
 
 pub struct ExportOptions<'a> {
-    pub what: &'a str,
+    /// Run names (`run:NAME|ID` too) or one candidate id; several runs with `per_shape`.
+    pub what: &'a [String],
     pub out: &'a Path,
     pub db: &'a str,
     pub per_shape: bool,
@@ -116,6 +121,24 @@ fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
     Ok(Loaded::of_run(run, templates)?)
 }
 
+/// A run's config (its stored text), with its family from `templates` (or where the
+/// config says), for the architecture it ran on: what export and verify render with.
+fn load_config(
+    run: &str,
+    config_path: &Path,
+    config_toml: &str,
+    arch: &str,
+    templates: Option<&Path>,
+) -> Result<Loaded> {
+    let config = SearchConfig::parse(config_path, config_toml)
+        .with_context(|| format!("the config stored with run `{run}`"))?;
+    let target = evo_run::TargetChoice {
+        target: Target::from_arch(arch)?,
+        reason: format!("the architecture run `{run}` used"),
+    };
+    Ok(Loaded::load(config, templates, target)?)
+}
+
 /// A short name for a specialization, e.g. `f16_hd64` or `bf16_hd128_causal`: string
 /// values as they are, integers after the initials of their variable, true booleans
 /// by name, false ones left out.
@@ -167,6 +190,17 @@ fn runtime_of(problem: &dyn Problem, shape: &Vars) -> Vars {
         .collect()
 }
 
+/// The name the search gave NVRTC for a genome in a specialization (it lands in
+/// -lineinfo's debug sections), so a fresh compile gives the search's bytes too.
+fn nvrtc_name(genome: &Genome, spec: &Vars) -> String {
+    format!(
+        "{}@{}.cu",
+        genome.canonical(),
+        Genome::from_vars(spec.clone()).canonical()
+    )
+    .replace(['/', ' '], "_")
+}
+
 /// One variant's files, before they are written.
 struct Built {
     variant: Variant,
@@ -176,6 +210,7 @@ struct Built {
 }
 
 fn build_variant(
+    run: &str,
     l: &Loaded,
     compiler: &Compiler,
     candidate: &Candidate,
@@ -198,14 +233,7 @@ fn build_variant(
     }
     let spec = &l.specs.specs[spec_index];
     let source = l.family.render(&l.space, &genome, spec_index)?;
-    // The name the search gave NVRTC (it lands in -lineinfo's debug sections), so a
-    // fresh compile gives the search's bytes too.
-    let nvrtc_name = format!(
-        "{}@{}.cu",
-        genome.canonical(),
-        Genome::from_vars(spec.clone()).canonical()
-    )
-    .replace(['/', ' '], "_");
+    let nvrtc_name = nvrtc_name(&genome, spec);
     let compiled = compiler.compile(&CompileRequest {
         name: nvrtc_name.clone(),
         source: source.clone(),
@@ -285,6 +313,9 @@ fn build_variant(
         );
     }
     let variant = Variant {
+        run: run.to_string(),
+        family: l.family.name.clone(),
+        contiguous: l.family.contiguous.clone(),
         source_file: format!("kernel.{name}.cu"),
         ptx_file: format!("kernel.{name}.ptx"),
         cubin_file: format!("kernel.{name}.{}.cubin", compiled.arch),
@@ -302,7 +333,6 @@ fn build_variant(
         launches: texts.launches,
         constants: texts.constants,
         scratch: texts.scratch,
-        contiguous: l.family.contiguous.clone(),
         resources: compiled.kernels.clone(),
         tensor_ops,
         compile_key_matches_search: search_key.map(|k| k == compiled.key),
@@ -355,8 +385,14 @@ pub fn export(o: ExportOptions) -> Result<ExitCode> {
             eprintln!("note: {n}");
         }
         println!(
-            "exported run {} ({} variant{}) to {}",
-            manifest.source.run,
+            "exported run{} {} ({} variant{}) to {}",
+            if manifest.sources.len() == 1 { "" } else { "s" },
+            manifest
+                .sources
+                .iter()
+                .map(|s| s.run.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             manifest.variants.len(),
             if manifest.variants.len() == 1 {
                 ""
@@ -365,6 +401,7 @@ pub fn export(o: ExportOptions) -> Result<ExitCode> {
             },
             o.out.display()
         );
+        let problem = evo_kernels::problem(&manifest.problem).expect("known");
         for v in &manifest.variants {
             let timed: Vec<String> = v
                 .shapes
@@ -373,18 +410,17 @@ pub fn export(o: ExportOptions) -> Result<ExitCode> {
                 .map(|s| {
                     format!(
                         "{} {:.2} us",
-                        crate::commands::check::shape_text(
-                            evo_kernels::problem(&manifest.problem).expect("known"),
-                            &s.shape
-                        ),
+                        crate::commands::check::shape_text(problem, &s.shape),
                         s.median_us.unwrap_or(f64::NAN)
                     )
                 })
                 .collect();
             println!(
-                "  {:<18} candidate {} [{}] {}: {}",
+                "  {:<18} {} candidate {} of run {} [{}] {}: {}",
                 v.name,
+                v.family,
                 v.candidate_id,
+                v.run,
                 v.genome_hash,
                 v.status,
                 timed.join("; ")
@@ -409,30 +445,240 @@ pub fn export(o: ExportOptions) -> Result<ExitCode> {
             manifest.files.keys().cloned().collect::<Vec<_>>().join(" ")
         );
         println!("  check it: evo verify {}", o.out.display());
+        println!(
+            "  time it against PyTorch SDPA: python3 {}/bench.py",
+            o.out.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One run given to `evo export`: as it searched, with its compiler and the candidates
+/// that passed every gate (or the one candidate asked for), each with its measurements.
+struct Input {
+    run: Run,
+    loaded: Loaded,
+    compiler: Compiler,
+    timed: Vec<(Candidate, Vec<evo_store::Measurement>)>,
+}
+
+/// Which variants to build: (input, candidate of that input, specialization index of
+/// that input's config, variant name), and the dispatch table that names them.
+struct Choice {
+    chosen: Vec<(usize, usize, usize, String)>,
+    table: Vec<DispatchEntry>,
+    notes: Vec<String>,
+}
+
+/// The fastest timed candidate of every shape any input measured (`--per-shape`), over
+/// every input: one dispatch entry per (specialization, shape), one variant per
+/// (input, candidate, specialization) that wins a shape.
+fn choose_per_shape(inputs: &[Input]) -> Result<Choice> {
+    let mut chosen: Vec<(usize, usize, usize, String)> = Vec::new();
+    let mut table = Vec::new();
+    let mut seen = Vec::new();
+    for input in inputs {
+        let problem = input.loaded.family.problem;
+        for (_, shape) in &input.loaded.specs.shapes {
+            let key = evo_store::shape_key(shape);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
+            let mut best: Option<(usize, usize, f64)> = None;
+            for (r, other) in inputs.iter().enumerate() {
+                for (ci, (_, ms)) in other.timed.iter().enumerate() {
+                    let t = ms.iter().find(|m| m.shape == key).and_then(|m| m.median_us);
+                    if let Some(t) = t {
+                        if best.is_none_or(|b| t < b.2) {
+                            best = Some((r, ci, t));
+                        }
+                    }
+                }
+            }
+            let (r, ci, _) = best.ok_or_else(|| {
+                anyhow!(
+                    "no candidate of run{} {} was timed on {key}",
+                    if inputs.len() == 1 { "" } else { "s" },
+                    inputs
+                        .iter()
+                        .map(|i| format!("`{}`", i.run.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+            let spec = spec_of(problem, shape);
+            let winner = &inputs[r];
+            let spec_index = winner
+                .loaded
+                .specs
+                .specs
+                .iter()
+                .position(|s| *s == spec)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "run `{}` timed {key} but its config has no such specialization",
+                        winner.run.name
+                    )
+                })?;
+            let c = &winner.timed[ci].0;
+            let base = format!(
+                "{}_{}",
+                spec_tag(problem, &winner.loaded.specs.specs[spec_index]),
+                &c.hash[..8]
+            );
+            // The same genome may win shapes in two runs (e.g. the same family searched
+            // twice): each keeps its own variant, with its own run's measurements.
+            let name = match chosen
+                .iter()
+                .find(|(a, b, sp, _)| (*a, *b, *sp) == (r, ci, spec_index))
+            {
+                Some((_, _, _, n)) => n.clone(),
+                None => {
+                    let mut name = base.clone();
+                    let mut k = 2;
+                    while chosen.iter().any(|(_, _, _, n)| *n == name) {
+                        name = format!("{base}_{k}");
+                        k += 1;
+                    }
+                    chosen.push((r, ci, spec_index, name.clone()));
+                    name
+                }
+            };
+            table.push(DispatchEntry {
+                specialization: spec,
+                shape: Some(runtime_of(problem, shape)),
+                variant: name,
+            });
+        }
+    }
+    Ok(Choice {
+        chosen,
+        table,
+        notes: Vec::new(),
+    })
+}
+
+/// The fittest candidate of the one input (or the candidate asked for) in every
+/// specialization of its run.
+fn choose_best(input: &Input, picked: bool) -> Choice {
+    let timed = &input.timed;
+    let best = if picked {
+        0
+    } else {
+        // Evaluated beats regressed; then the highest fitness, then the oldest.
+        let rank = |c: &Candidate| {
+            (
+                c.status == Some(Status::Evaluated),
+                c.fitness.unwrap_or(f64::MIN),
+            )
+        };
+        let mut order: Vec<usize> = (0..timed.len()).collect();
+        order.sort_by(|a, b| {
+            let (ra, rb) = (rank(&timed[*a].0), rank(&timed[*b].0));
+            rb.0.cmp(&ra.0).then(rb.1.total_cmp(&ra.1)).then(a.cmp(b))
+        });
+        order[0]
+    };
+    let mut notes = Vec::new();
+    let c = &timed[best].0;
+    if c.status == Some(Status::Regressed) {
+        notes.push(format!(
+            "candidate {} is the fittest, but `regressed`: correct, and slower than the run's baseline on some shapes (fitness {:.3})",
+            c.id,
+            c.fitness.unwrap_or(f64::NAN)
+        ));
+    }
+    let problem = input.loaded.family.problem;
+    let mut chosen = Vec::new();
+    let mut table = Vec::new();
+    for (spec_index, spec) in input.loaded.specs.specs.iter().enumerate() {
+        let name = spec_tag(problem, spec);
+        chosen.push((0, best, spec_index, name.clone()));
+        table.push(DispatchEntry {
+            specialization: spec.clone(),
+            shape: None,
+            variant: name,
+        });
+    }
+    Choice {
+        chosen,
+        table,
+        notes,
+    }
 }
 
 async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> {
     let store = Store::open(o.db)
         .await
         .with_context(|| format!("opening {}", o.db))?;
-    let (run, picked) = resolve(&store, o.what, o.db).await?;
-    if run.evaluator.starts_with("replay:") {
-        bail!(
-            "run `{}` was answered by the replay evaluator ({}): its times are recorded ones, not measurements of kernels this run compiled; export from a run searched on a GPU (--evaluator gpu)",
-            run.name,
-            run.evaluator
-        );
+    if o.what.is_empty() {
+        bail!("give the run to export (a run name, run:NAME|ID, or a candidate id)");
     }
-    if !BOUND_PROBLEMS.contains(&run.problem.as_str()) {
-        bail!(
-            "run `{}` is for problem `{}`; evo export writes artifacts for {:?} (the ones with a PyTorch binding)",
-            run.name,
-            run.problem,
-            BOUND_PROBLEMS
-        );
+    let mut resolved: Vec<(Run, Option<Candidate>)> = Vec::new();
+    for what in o.what {
+        resolved.push(resolve(&store, what, o.db).await?);
     }
+    if o.what.len() > 1 {
+        if let Some(c) = resolved.iter().find_map(|(_, c)| c.as_ref()) {
+            bail!(
+                "candidate {} names one genome, which is exported alone; to combine runs give run names with --per-shape",
+                c.id
+            );
+        }
+        for (i, (run, _)) in resolved.iter().enumerate() {
+            if resolved[..i].iter().any(|(r, _)| r.id == run.id) {
+                bail!("run `{}` is named twice", run.name);
+            }
+        }
+        if !o.per_shape {
+            bail!(
+                "several runs are combined per shape: add --per-shape (the fastest correct variant of each shape over every run); their fitnesses, relative to each run's own baseline, do not compare"
+            );
+        }
+    }
+    for (run, _) in &resolved {
+        if run.evaluator.starts_with("replay:") {
+            bail!(
+                "run `{}` was answered by the replay evaluator ({}): its times are recorded ones, not measurements of kernels this run compiled; export from a run searched on a GPU (--evaluator gpu)",
+                run.name,
+                run.evaluator
+            );
+        }
+        if !BOUND_PROBLEMS.contains(&run.problem.as_str()) {
+            bail!(
+                "run `{}` is for problem `{}`; evo export writes artifacts for {:?} (the ones with a PyTorch binding)",
+                run.name,
+                run.problem,
+                BOUND_PROBLEMS
+            );
+        }
+    }
+    // The fastest per shape compares times: they must come from one kind of GPU and
+    // compile for one architecture.
+    let first = &resolved[0].0;
+    for (run, _) in &resolved[1..] {
+        for (what, a, b) in [
+            ("GPU", &first.device, &run.device),
+            ("architecture", &first.arch, &run.arch),
+            (
+                "problem",
+                &Some(first.problem.clone()),
+                &Some(run.problem.clone()),
+            ),
+        ] {
+            if a != b {
+                bail!(
+                    "runs `{}` and `{}` differ in {what} ({} vs {}): export runs of one GPU and architecture together, so their times compare",
+                    first.name,
+                    run.name,
+                    a.as_deref().unwrap_or("unknown"),
+                    b.as_deref().unwrap_or("unknown")
+                );
+            }
+        }
+    }
+    let picked = resolved[0].1.clone();
     if let Some(c) = &picked {
         if let Some(why) = unexportable(c) {
             bail!(why);
@@ -441,120 +687,72 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
             bail!("--per-shape picks the best genome of each shape of a run; give a run, not candidate {}", c.id);
         }
     }
-    let l = load(&run, o.templates)?;
-    let problem = l.family.problem;
-    let mut notes = Vec::new();
 
-    // Every candidate that passed the gates, with its measurements.
-    let mut timed: Vec<(Candidate, Vec<evo_store::Measurement>)> = Vec::new();
-    match &picked {
-        Some(c) => timed.push((c.clone(), store.measurements(c.id).await?)),
-        None => {
-            for c in store.candidates(run.id).await? {
-                if unexportable(&c).is_none() {
-                    let ms = store.measurements(c.id).await?;
-                    timed.push((c, ms));
+    let mut inputs = Vec::new();
+    for (run, c) in resolved {
+        let loaded = load(&run, o.templates)?;
+        // Every candidate that passed the gates, with its measurements.
+        let mut timed: Vec<(Candidate, Vec<evo_store::Measurement>)> = Vec::new();
+        match c {
+            Some(c) => {
+                let ms = store.measurements(c.id).await?;
+                timed.push((c, ms));
+            }
+            None => {
+                for c in store.candidates(run.id).await? {
+                    if unexportable(&c).is_none() {
+                        let ms = store.measurements(c.id).await?;
+                        timed.push((c, ms));
+                    }
                 }
             }
         }
-    }
-    if timed.is_empty() {
-        bail!(
-            "run `{}` has no candidate that passed every gate ({}); nothing to export",
-            run.name,
-            store
-                .status_counts(run.id)
-                .await?
-                .iter()
-                .map(|(s, n)| format!("{s} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-
-    let compiler = Compiler::new(
-        &l.target.target.arch,
-        &l.config.compile.options,
-        l.config.compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
-
-    // (candidate index, specialization index, variant name)
-    let mut chosen: Vec<(usize, usize, String)> = Vec::new();
-    let mut table = Vec::new();
-    if o.per_shape {
-        for (spec_index, shape) in &l.specs.shapes {
-            let key = evo_store::shape_key(shape);
-            let best = timed
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (_, ms))| {
-                    ms.iter()
-                        .find(|m| m.shape == key)
-                        .and_then(|m| m.median_us)
-                        .map(|t| (i, t))
-                })
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .ok_or_else(|| anyhow!("no candidate of run `{}` was timed on {key}", run.name))?;
-            let c = &timed[best.0].0;
-            let name = format!(
-                "{}_{}",
-                spec_tag(problem, &l.specs.specs[*spec_index]),
-                &c.hash[..8]
+        if timed.is_empty() {
+            bail!(
+                "run `{}` has no candidate that passed every gate ({}); nothing to export",
+                run.name,
+                store
+                    .status_counts(run.id)
+                    .await?
+                    .iter()
+                    .map(|(s, n)| format!("{s} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
-            if !chosen.iter().any(|(_, _, n)| *n == name) {
-                chosen.push((best.0, *spec_index, name.clone()));
-            }
-            table.push(DispatchEntry {
-                specialization: l.specs.specs[*spec_index].clone(),
-                shape: Some(runtime_of(problem, shape)),
-                variant: name,
-            });
         }
-    } else {
-        let best = match &picked {
-            Some(_) => 0,
-            None => {
-                // Evaluated beats regressed; then the highest fitness, then the oldest.
-                let rank = |c: &Candidate| {
-                    (
-                        c.status == Some(Status::Evaluated),
-                        c.fitness.unwrap_or(f64::MIN),
-                    )
-                };
-                let mut order: Vec<usize> = (0..timed.len()).collect();
-                order.sort_by(|a, b| {
-                    let (ra, rb) = (rank(&timed[*a].0), rank(&timed[*b].0));
-                    rb.0.cmp(&ra.0).then(rb.1.total_cmp(&ra.1)).then(a.cmp(b))
-                });
-                order[0]
-            }
-        };
-        let c = &timed[best].0;
-        if c.status == Some(Status::Regressed) {
-            notes.push(format!(
-                "candidate {} is the fittest, but `regressed`: correct, and slower than the run's baseline on some shapes (fitness {:.3})",
-                c.id,
-                c.fitness.unwrap_or(f64::NAN)
-            ));
-        }
-        for (spec_index, spec) in l.specs.specs.iter().enumerate() {
-            let name = spec_tag(problem, spec);
-            chosen.push((best, spec_index, name.clone()));
-            table.push(DispatchEntry {
-                specialization: spec.clone(),
-                shape: None,
-                variant: name,
-            });
-        }
+        let compiler = Compiler::new(
+            &loaded.target.target.arch,
+            &loaded.config.compile.options,
+            loaded.config.compile.max_registers,
+            Some(CompileCache::new(CompileCache::default_dir())),
+        )?;
+        inputs.push(Input {
+            run,
+            loaded,
+            compiler,
+            timed,
+        });
     }
+    let problem = inputs[0].loaded.family.problem;
+
+    let Choice {
+        chosen,
+        table,
+        mut notes,
+    } = if o.per_shape {
+        choose_per_shape(&inputs)?
+    } else {
+        choose_best(&inputs[0], picked.is_some())
+    };
 
     let mut built = Vec::new();
-    for (ci, spec_index, name) in &chosen {
-        let (c, ms) = &timed[*ci];
+    for (r, ci, spec_index, name) in &chosen {
+        let input = &inputs[*r];
+        let (c, ms) = &input.timed[*ci];
         built.push(build_variant(
-            &l,
-            &compiler,
+            &input.run.name,
+            &input.loaded,
+            &input.compiler,
             c,
             *spec_index,
             name.clone(),
@@ -585,12 +783,33 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     }
     let params = manifest::abi_params(problem.abi())
         .map_err(|e| anyhow!("the ABI of {}: {e}", problem.name()))?;
-    let baseline_us = store
-        .baselines(run.id)
-        .await?
-        .into_iter()
-        .map(|b| (b.shape, b.median_us))
-        .collect();
+    let mut sources = Vec::new();
+    for input in &inputs {
+        let run = &input.run;
+        sources.push(Source {
+            run: run.name.clone(),
+            run_id: run.id.0,
+            evaluator: run.evaluator.clone(),
+            family: input.loaded.family.name.clone(),
+            config_toml: run.config_toml.clone(),
+            baseline_us: store
+                .baselines(run.id)
+                .await?
+                .into_iter()
+                .map(|b| (b.shape, b.median_us))
+                .collect(),
+            search_nvrtc_version: run.nvrtc_version.clone(),
+            compile: CompileInfo {
+                options: input.loaded.config.compile.options.clone(),
+                max_registers: input.loaded.config.compile.max_registers,
+                nvrtc_options: manifest::portable_options(
+                    input.compiler.options(),
+                    &input.compiler.install().include,
+                ),
+            },
+        });
+    }
+    let first = &inputs[0];
     let mut m = Manifest {
         schema: SCHEMA.into(),
         evo_version: env!("CARGO_PKG_VERSION").into(),
@@ -599,25 +818,12 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
             .map(|d| d.as_secs())
             .unwrap_or(0),
         problem: problem.name().into(),
-        family: l.family.name.clone(),
         mode: if o.per_shape { "per_shape" } else { "best" }.into(),
-        source: Provenance {
-            run: run.name.clone(),
-            run_id: run.id.0,
-            evaluator: run.evaluator.clone(),
-            config_toml: run.config_toml.clone(),
-            baseline_us,
-        },
-        device: run.device.clone(),
-        driver: run.driver.clone(),
-        nvrtc_version: compiler.nvrtc_version().into(),
-        search_nvrtc_version: run.nvrtc_version.clone(),
-        arch: compiler.arch().into(),
-        compile: CompileInfo {
-            options: l.config.compile.options.clone(),
-            max_registers: l.config.compile.max_registers,
-            nvrtc_options: compiler.options().to_vec(),
-        },
+        sources,
+        device: first.run.device.clone(),
+        driver: first.run.driver.clone(),
+        nvrtc_version: first.compiler.nvrtc_version().into(),
+        arch: first.compiler.arch().into(),
         abi: Abi {
             entry: problem.entry().into(),
             text: problem.abi().into(),
@@ -643,7 +849,9 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
         },
         files: BTreeMap::new(),
     };
-    write("evo_kernel.py", files::EVO_KERNEL_PY.as_bytes())?;
+    for (name, text) in files::fixed_files() {
+        write(name, text.as_bytes())?;
+    }
     write("kernel.h", files::kernel_h(&m)?.as_bytes())?;
     write("README.md", files::readme(&m).as_bytes())?;
     m.files = files;

@@ -2,20 +2,23 @@
 //!
 //! 1. Every file against its SHA-256 in the manifest (a modified or missing file fails
 //!    the check, and no kernel of a modified artifact is run).
-//! 2. On a GPU: each variant's CUBIN (the artifact's own bytes) through evo's gates —
+//! 2. Every variant's genome against its hash, and its source against what the genome
+//!    renders to with this evo's templates in its run's specialization (the manifest is
+//!    not hashed: an edited genome or hash fails here).
+//! 3. On a GPU: each variant's CUBIN (the artifact's own bytes) through evo's gates —
 //!    static, correctness on the manifest's shapes plus the problem's edge shapes with
 //!    the run's tolerances, and the timing — with launch geometry from the manifest's
 //!    launch rule; times compared with the manifest per shape. A different GPU, driver
 //!    or NVRTC is printed, not hidden. Without a GPU it stops after the hashes with
 //!    exit code 3.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
-use evo_core::{Target, Vars};
+use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
 use evo_eval::Status;
 use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
@@ -23,6 +26,7 @@ use evo_kernels::{resolve_launch_args, resolve_scratch};
 use serde::Serialize;
 
 use super::manifest::{check_files, FileCheck, Manifest, Variant, VariantLaunches};
+use super::Loaded;
 use crate::output::{print_json, table};
 
 #[derive(Serialize)]
@@ -174,7 +178,7 @@ fn prepare(
         compiled: Compiled {
             key: super::manifest::sha256_hex(&cubin),
             arch: m.arch.clone(),
-            options: m.compile.nvrtc_options.clone(),
+            options: m.source_of(v)?.compile.nvrtc_options.clone(),
             nvrtc_version: m.nvrtc_version.clone(),
             success: true,
             log: String::new(),
@@ -187,7 +191,95 @@ fn prepare(
     })
 }
 
-pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
+/// Whether a variant is what its genome gives: the genome is canonical and hashes to
+/// `genome_hash`, it is a valid genome of its run's family, and its source file is what
+/// the genome renders to (with this evo's templates) in the variant's specialization of
+/// the run's config, compiled under the name the search used.
+fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Result<()> {
+    let genome = Genome::parse(&v.genome)
+        .map_err(|e| anyhow!("{}: genome `{}` does not parse: {e}", v.name, v.genome))?;
+    if genome.canonical() != v.genome {
+        bail!(
+            "{}: genome `{}` is not in canonical form (`{}`): the manifest was edited",
+            v.name,
+            v.genome,
+            genome.canonical()
+        );
+    }
+    if genome.hash().0 != v.genome_hash {
+        bail!(
+            "{}: the manifest gives genome hash {}, but genome `{}` hashes to {}: the manifest was edited",
+            v.name,
+            v.genome_hash,
+            v.genome,
+            genome.hash().0
+        );
+    }
+    if v.family != l.family.name {
+        bail!(
+            "{}: the manifest says family {}, but run `{}` searched {}",
+            v.name,
+            v.family,
+            v.run,
+            l.family.name
+        );
+    }
+    let spec_index = l
+        .specs
+        .specs
+        .iter()
+        .position(|s| *s == v.specialization)
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: specialization {} is not one of run `{}`'s config",
+                v.name,
+                Genome::from_vars(v.specialization.clone()).canonical(),
+                v.run
+            )
+        })?;
+    l.space
+        .check_genome(&genome)
+        .with_context(|| format!("{}: genome `{}`", v.name, v.genome))?;
+    if let Some(r) = l.space.rejection(&genome) {
+        bail!(
+            "{}: genome `{}` violates constraint `{}` of family {}",
+            v.name,
+            v.genome,
+            r.constraint,
+            l.family.name
+        );
+    }
+    let rendered = l.family.render(&l.space, &genome, spec_index)?;
+    let path = dir.join(&v.source_file);
+    let file =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    if rendered != file {
+        let line = rendered
+            .lines()
+            .zip(file.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| rendered.lines().count().min(file.lines().count()))
+            + 1;
+        bail!(
+            "{}: {} is not the source genome `{}` renders to with this evo's templates (first difference at line {line}): the genome in manifest.json or the templates changed since the export (evo {exported_by} exported it; this is evo {})",
+            v.name,
+            v.source_file,
+            v.genome,
+            env!("CARGO_PKG_VERSION"),
+        );
+    }
+    let name = super::nvrtc_name(&genome, &v.specialization);
+    if v.nvrtc_name != name {
+        bail!(
+            "{}: nvrtc_name is `{}`, the search compiles this genome as `{name}`",
+            v.name,
+            v.nvrtc_name
+        );
+    }
+    Ok(())
+}
+
+pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode> {
     let m = Manifest::read(dir)?;
     let mut report = Report::default();
     let (files, extra) = check_files(dir, &m)?;
@@ -195,11 +287,15 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
         files.iter().filter(|(_, c)| *c != FileCheck::Ok).collect();
     if !json {
         println!(
-            "artifact {}: {} {} from run `{}` ({} variant{}), schema {}",
+            "artifact {}: {} from run{} {} ({} variant{}), schema {}",
             dir.display(),
             m.problem,
-            m.family,
-            m.source.run,
+            if m.sources.len() == 1 { "" } else { "s" },
+            m.sources
+                .iter()
+                .map(|s| format!("`{}` ({})", s.run, s.family))
+                .collect::<Vec<_>>()
+                .join(", "),
             m.variants.len(),
             if m.variants.len() == 1 { "" } else { "s" },
             m.schema
@@ -235,15 +331,28 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
         println!("hashes: ok ({} files)", files.len());
     }
 
-    // Consistency, still without a GPU: the run's config, each variant's CUBIN and
-    // launch rule against the manifest.
-    let config = SearchConfig::parse(Path::new("manifest.json"), &m.source.config_toml)
-        .context("the search config stored in manifest.json")?;
+    // Consistency, still without a GPU: each run's config, each variant's genome, source,
+    // CUBIN and launch rule against the manifest.
     let problem = evo_kernels::problem(&m.problem)
         .ok_or_else(|| anyhow!("this evo does not know problem `{}`", m.problem))?;
+    let mut loaded: BTreeMap<String, Loaded> = BTreeMap::new();
+    for s in &m.sources {
+        let l = super::load_config(
+            &s.run,
+            Path::new(super::manifest::MANIFEST),
+            &s.config_toml,
+            &m.arch,
+            templates,
+        )
+        .with_context(|| format!("run `{}` of manifest.json", s.run))?;
+        loaded.insert(s.run.clone(), l);
+    }
     let mut prepared = Vec::new();
     for v in &m.variants {
-        let p = prepare(dir, &m, v, &config, problem)?;
+        m.source_of(v)?;
+        let l = &loaded[&v.run];
+        check_genome(dir, &m.evo_version, v, l)?;
+        let p = prepare(dir, &m, v, &l.config, problem)?;
         let timed = p.candidate.shapes.iter().filter(|s| s.timed).count();
         report.plan.push(format!(
             "{}: {} timed shapes + {} correctness-only shapes",
@@ -254,6 +363,11 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
         prepared.push(p);
     }
     if !json {
+        println!(
+            "genomes: every variant's genome matches its hash and renders to its kernel source ({} variant{})",
+            m.variants.len(),
+            if m.variants.len() == 1 { "" } else { "s" }
+        );
         println!(
             "manifest: consistent with the CUBINs and its launch rule; to check: {}",
             report.plan.join("; ")
@@ -319,25 +433,37 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
 
     let mut target = Target::from_arch(&here_arch)?;
     target.max_smem_per_block = device.max_smem_per_block_optin;
-    let compiler = Compiler::new(
-        &m.arch,
-        &m.compile.options,
-        m.compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
-    let evaluator = Evaluator::on_gpus(
-        problem,
-        compiler,
-        &gpus,
-        config.timeouts.clone(),
-        GateSettings {
-            target,
+    // The gates and the compiler of a variant's own run (its config's tolerances, timing
+    // and compile options), over one pool of workers.
+    let settings = |run: &str| -> Result<(Compiler, GateSettings)> {
+        let source = m
+            .sources
+            .iter()
+            .find(|s| s.run == run)
+            .ok_or_else(|| anyhow!("no source `{run}`"))?;
+        let config = &loaded[run].config;
+        let compiler = Compiler::new(
+            &m.arch,
+            &source.compile.options,
+            source.compile.max_registers,
+            Some(CompileCache::new(CompileCache::default_dir())),
+        )?;
+        let gates = GateSettings {
+            target: target.clone(),
             static_rules: config.static_rules.clone(),
             correctness: config.correctness.clone(),
             timing: config.timing.enabled.then(|| config.timing.clone()),
-        },
+        };
+        Ok((compiler, gates))
+    };
+    let (compiler, gates) = settings(&m.variants[0].run)?;
+    let mut evaluator = Evaluator::on_gpus(
+        problem,
+        compiler,
+        &gpus,
+        loaded[&m.variants[0].run].config.timeouts.clone(),
+        gates,
     )?;
-    let evaluator = Arc::new(evaluator);
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -346,6 +472,7 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     let mut all_ok = true;
     for (i, (v, p)) in m.variants.iter().zip(prepared).enumerate() {
+        (evaluator.compiler, evaluator.gates) = settings(&v.run)?;
         // Does NVRTC here rebuild the same CUBIN from the source? (Reported, not required.)
         let rebuilt = evaluator
             .compiler
@@ -357,8 +484,7 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode> {
             .and_then(|c| c.cubin)
             .map(|c| Some(&c) == p.compiled.cubin.as_ref());
         let (candidate, compiled) = (p.candidate, p.compiled);
-        let ev = evaluator.clone();
-        let verdict = rt.block_on(ev.evaluate(candidate, compiled, i as u64, salt));
+        let verdict = rt.block_on(evaluator.evaluate(candidate, compiled, i as u64, salt));
         let ok = verdict.status == Status::Evaluated;
         all_ok &= ok;
         report.variants.push(VariantCheck {
