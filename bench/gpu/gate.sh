@@ -7,7 +7,7 @@
 #   tests       the GPU test binaries of .gpu/tests.tar.zst
 #   mma         evo eval --pairwise of configs/sdpa.toml (sdpa_fwd_mma)
 #   wgmma       evo eval --pairwise of configs/sdpa_wgmma.toml (sdpa_fwd_wgmma)
-#   throughput  MINUTES=4: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before) and
+#   throughput  BUDGET=4m: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before) and
 #               .gpu/evo (after), one after the other, evaluations per hour of each
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}
@@ -56,17 +56,18 @@ PY
     $EVO eval -c $cfg --pairwise > "$OUT/eval_$s.txt" 2>&1
     echo "eval $s exit: $? ($(( $(date +%s) - start )) s)"; tail -n 30 "$OUT/eval_$s.txt" ;;
   throughput)
-    mins=${MINUTES:-4}
+    budget=${BUDGET:-4m}
     cp configs/sdpa.toml /tmp/throughput.toml
     for which in old new; do
       bin=$EVO; [ $which = old ] && bin=${OLD_EVO:-.gpu-old/evo}
-      step "throughput: $which evo, ${mins} min search of configs/sdpa.toml"
-      rm -f /tmp/tp_$which.db*
-      $bin search -c /tmp/throughput.toml --db /tmp/tp_$which.db --run tp --budget ${mins}m --no-progress \
+      step "throughput: $which evo, $budget search of configs/sdpa.toml"
+      rm -rf /tmp/tp_$which; mkdir -p /tmp/tp_$which
+      RUST_LOG=info $bin search -c /tmp/throughput.toml --db /tmp/tp_$which/p.db --run tp --budget $budget --no-progress \
         > "$OUT/throughput_$which.txt" 2>&1
       echo "exit $?"; grep -iE "evaluations|per hour|/hour|busy" "$OUT/throughput_$which.txt" | tail -n 5
-      $bin stats tp --db /tmp/tp_$which.db > "$OUT/throughput_${which}_stats.txt" 2>&1
+      $bin stats tp --db /tmp/tp_$which/p.db > "$OUT/throughput_${which}_stats.txt" 2>&1
       grep -iE "per hour|evaluat|busy|incorrect|status" "$OUT/throughput_${which}_stats.txt" | head -n 12
+      grep -h "evaluated job" /tmp/tp_$which/evo-logs/*.log 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-420 | tail -n 8
     done ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac

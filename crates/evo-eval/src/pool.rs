@@ -191,6 +191,12 @@ impl Pool {
             timing_ms = result.timing_ms.round(),
             slowest_check_ms = slowest.map_or(0.0, |s| s.check_ms.round()),
             slowest_check_shape = %slowest.map(|s| evo_core::Genome::from_vars(s.vars.clone()).canonical()).unwrap_or_default(),
+            stages_ms = %result
+                .stages_ms
+                .iter()
+                .map(|(k, v)| format!("{k}={v:.0}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             "evaluated"
         );
         result

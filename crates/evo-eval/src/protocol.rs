@@ -127,6 +127,11 @@ pub struct JobResult {
     pub check_ms: f64,
     #[serde(default)]
     pub timing_ms: f64,
+    /// Where the worker's time went, by stage (ms): `inputs` (generated and laid out on
+    /// the host), `upload`, `reference`, `launch`, `download`, `compare`, `alloc`, and for
+    /// timing `replays` (the timed graphs), `fill`, `verify` (the checks of timed outputs).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub stages_ms: std::collections::BTreeMap<String, f64>,
 }
 
 impl JobResult {
@@ -146,6 +151,7 @@ impl JobResult {
             elapsed_ms: 0.0,
             check_ms: 0.0,
             timing_ms: 0.0,
+            stages_ms: Default::default(),
         }
     }
 }

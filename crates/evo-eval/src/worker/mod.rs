@@ -64,6 +64,7 @@ pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::
         references: HashMap::new(),
         compiler: None,
         gate: None,
+        stages: Stages::default(),
     };
     let ready = Response::Ready {
         pid: std::process::id(),
@@ -110,6 +111,46 @@ struct Worker {
     compiler: Option<Compiler>,
     /// The worker's own check kernels, loaded on first use.
     gate: Option<gpu_checks::GateKernels>,
+    /// Time per stage of the job in hand (`JobResult::stages_ms`).
+    stages: Stages,
+}
+
+/// A stage being timed (see [`Stages::timer`]).
+struct StageTimer<'a> {
+    stages: &'a Stages,
+    stage: &'static str,
+    since: Instant,
+}
+
+impl Drop for StageTimer<'_> {
+    fn drop(&mut self) {
+        self.stages.add(self.stage, self.since);
+    }
+}
+
+/// Milliseconds per stage, added up over a job.
+#[derive(Default)]
+struct Stages(std::cell::RefCell<std::collections::BTreeMap<String, f64>>);
+
+impl Stages {
+    /// Adds the time since `since` to `stage`.
+    fn add(&self, stage: &str, since: Instant) {
+        *self.0.borrow_mut().entry(stage.to_string()).or_default() +=
+            since.elapsed().as_secs_f64() * 1e3;
+    }
+
+    /// Counts the time until the returned timer is dropped against `stage`.
+    fn timer<'a>(&'a self, stage: &'static str) -> StageTimer<'a> {
+        StageTimer {
+            stages: self,
+            stage,
+            since: Instant::now(),
+        }
+    }
+
+    fn take(&self) -> std::collections::BTreeMap<String, f64> {
+        std::mem::take(&mut *self.0.borrow_mut())
+    }
 }
 
 /// Each kernel's argument list for one call of a shape: its own where the job gives them
@@ -164,8 +205,10 @@ impl Worker {
     fn evaluate(&mut self, job: &Job) -> (JobResult, bool) {
         let start = Instant::now();
         let mut result = JobResult::failed(job.id, Status::Evaluated, None, "");
+        self.stages.take();
         let outcome = self.run_job(job, &mut result);
         result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        result.stages_ms = self.stages.take();
         let fatal = match outcome {
             Ok(()) => {
                 result.status = Status::Evaluated;

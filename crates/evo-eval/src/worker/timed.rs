@@ -114,6 +114,7 @@ impl Worker {
         let in_specs = problem.inputs(vars);
         let out_spec = problem.output(vars);
         let guard = job.correctness.guard_bytes;
+        let setup = Instant::now();
         let bytes_per_set = in_specs
             .iter()
             .chain([&out_spec])
@@ -153,6 +154,7 @@ impl Worker {
         self.gate_kernels()?;
         let gate = self.gate.as_ref().expect("loaded above");
         let gpu = &self.gpu;
+        let stages = &self.stages;
         let ref_out = gpu.alloc(out_spec.len * 4)?;
         // One set's inputs regenerated after a replay, to prove the kernel left them alone.
         let regenerated = in_specs
@@ -268,6 +270,7 @@ impl Worker {
                     offset: d.first as usize,
                 }))
         };
+        stages.add("timing_setup", setup);
         let mut verified = 0u32;
         let mut last_replay = 0usize;
         let samples = measure(
@@ -276,6 +279,7 @@ impl Worker {
             sets.len(),
             |g, set| launch_sequence(g, functions, &shape.launches, &args[set]),
             |g, replay| -> Result<(), Stop> {
+                let _t = stages.timer("timing_fill");
                 let jobs: Vec<FillJob> = sets
                     .iter()
                     .enumerate()
@@ -291,6 +295,7 @@ impl Worker {
                 Ok(())
             },
             |_, replay| -> Result<(), Stop> {
+                let _t = stages.timer("timing_verify");
                 let set = pick.random_range(0..sets.len());
                 if let Some(f) = check_set(replay, set)?.or(guards()?) {
                     return Err(Stop::Check(format!("{}: {f}", describe(vars))));
@@ -299,6 +304,7 @@ impl Worker {
                 Ok(())
             },
         )?;
+        let _t = self.stages.timer("timing_verify_all");
         for set in 0..sets.len() {
             if let Some(f) = check_set(last_replay, set)? {
                 return Err(Stop::Check(format!("{}: {f}", describe(vars))));

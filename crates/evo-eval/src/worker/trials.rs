@@ -107,10 +107,18 @@ impl Worker {
         buffers: &CallBuffers,
         prefill: &[u8],
     ) -> Result<Vec<u8>, Stop> {
-        buffers.output.upload(&self.gpu, prefill)?;
-        buffers.poison_scratch(&self.gpu)?;
-        launch_sequence(&self.gpu, functions, &shape.launches, args)?;
-        self.gpu.synchronize()?;
+        {
+            let _t = self.stages.timer("upload");
+            buffers.output.upload(&self.gpu, prefill)?;
+            buffers.poison_scratch(&self.gpu)?;
+            self.gpu.synchronize()?;
+        }
+        {
+            let _t = self.stages.timer("launch");
+            launch_sequence(&self.gpu, functions, &shape.launches, args)?;
+            self.gpu.synchronize()?;
+        }
+        let _t = self.stages.timer("download");
         Ok(buffers.output.download(&self.gpu)?)
     }
 
@@ -120,6 +128,7 @@ impl Worker {
         buffers: &CallBuffers,
         uploaded: &[HostTensor],
     ) -> Result<Option<CheckFailure>, Stop> {
+        let _t = self.stages.timer("inputs_unchanged");
         for (i, (b, h)) in buffers.inputs.iter().zip(uploaded).enumerate() {
             if b.download(&self.gpu)? != h.bytes {
                 return Ok(Some(CheckFailure::InputModified {
@@ -150,6 +159,7 @@ impl Worker {
         out_len: usize,
         what: &str,
     ) -> Result<Vec<f32>, Stop> {
+        let _t = self.stages.timer("reference");
         let buffers = inputs
             .iter()
             .map(|h| {
@@ -219,17 +229,26 @@ impl Worker {
                     Prefill::Finite => "stale finite",
                 }
             );
-            let host = problem.generate(vars, call, kind, seed);
-            let laid: Vec<HostTensor> = host
-                .iter()
-                .zip(&call.layouts)
-                .map(|(h, l)| l.scatter(h, &h.elem.nan_bytes()))
-                .collect();
+            let laid: Vec<HostTensor> = {
+                let _t = self.stages.timer("inputs");
+                problem
+                    .generate(vars, call, kind, seed)
+                    .iter()
+                    .zip(&call.layouts)
+                    .map(|(h, l)| l.scatter(h, &h.elem.nan_bytes()))
+                    .collect()
+            };
             let ref_values = self.reference_values(problem, vars, call, &laid, &what)?;
 
-            let cand = call_buffers(self, problem, vars, call, shape, plan.guard_bytes)?;
-            for (b, h) in cand.inputs.iter().zip(&laid) {
-                b.upload(&self.gpu, &h.bytes)?;
+            let cand = {
+                let _t = self.stages.timer("alloc");
+                call_buffers(self, problem, vars, call, shape, plan.guard_bytes)?
+            };
+            {
+                let _t = self.stages.timer("upload");
+                for (b, h) in cand.inputs.iter().zip(&laid) {
+                    b.upload(&self.gpu, &h.bytes)?;
+                }
             }
             let lists = argument_lists(problem, shape, call, functions.len())?;
             let args = cand.kernel_args(&lists).map_err(Stop::Setup)?;
