@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 16's GPU evidence: the stricter correctness gate on a GPU machine.
-# Runs from the repo root with `.gpu/` (scripts/gpu/bundle.sh) carried; logs go to $OUT.
+# Runs from the repo root with `.gpu/` (bench/gpu/bundle.sh) carried; logs go to $OUT.
 #   bash bench/gpu/gate.sh STEP...   steps, in the order given:
 #   selftest    evo selftest (references vs float64 on varied calls, timing, fault isolation)
 #   planted     evo check on every planted suite (verdicts as expected, sanitizer cost)

@@ -111,10 +111,10 @@ pub enum Command {
         /// Stop after 8h / 30m / 90s or 500evals (counted from this invocation), or when the
         /// run has 20gen generations.
         #[arg(long)]
-        budget: Option<crate::search::budget::Budget>,
+        budget: Option<evo_run::Budget>,
         /// How long a host keeps a claimed genome without a heartbeat (e.g. 60s, the
         /// default): a host that dies loses its genomes to the others after this.
-        #[arg(long, value_parser = crate::search::budget::parse_duration)]
+        #[arg(long, value_parser = evo_run::parse_duration)]
         lease: Option<std::time::Duration>,
         /// Let hosts whose GPU model differs from this one's join the run (their timings
         /// are then compared as if equal).
@@ -152,7 +152,7 @@ pub enum Command {
         /// Stop this host after 8h / 30m / 90s or 500evals (the run's generation budget
         /// is the run's).
         #[arg(long)]
-        budget: Option<crate::search::budget::Budget>,
+        budget: Option<evo_run::Budget>,
         /// Must equal the run's evaluator when given (default: the run's).
         #[arg(long)]
         evaluator: Option<String>,

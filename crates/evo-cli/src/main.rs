@@ -1,4 +1,6 @@
-//! `evo`: the command-line front end of the evo kernel-search engine.
+//! `evo`: the command-line front end of the evo kernel-search engine. It parses flags,
+//! calls the libraries (the search and the read queries are evo-run's, the database
+//! evo-store's) and prints; it holds no search policy.
 //!
 //! Human output goes to stdout, errors to stderr, logs (tracing, `RUST_LOG`) to stderr.
 //! Exit codes: 0 success; 1 an error (bad input, a failed compile, ...); 2 a usage
@@ -8,24 +10,14 @@ mod cli;
 mod commands;
 mod export;
 mod output;
-mod search;
 mod setup;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-/// A required CUDA component is missing; the message says what to install.
-#[derive(Debug)]
-pub struct MissingComponent(pub String);
-
-impl std::fmt::Display for MissingComponent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for MissingComponent {}
+/// A required CUDA component is missing; the message says what to install (exit code 3).
+pub use evo_run::MissingComponent;
 
 pub const EXIT_MISSING: u8 = 3;
 
@@ -96,6 +88,8 @@ fn main() -> ExitCode {
             let missing = e.chain().any(|c| {
                 c.is::<MissingComponent>()
                     || c.is::<evo_gpu::LocateError>()
+                    || c.downcast_ref::<evo_run::RunError>()
+                        .is_some_and(evo_run::RunError::is_missing_component)
                     || matches!(
                         c.downcast_ref(),
                         Some(evo_gpu::nvrtc::NvrtcError::Locate(_))

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
-use evo_core::{Genome, Value, Vars};
+use evo_core::{Gate, Genome, Status, Value, Vars};
 use evo_kernels::harness::ArgSlot;
 use evo_store::{CandidateResult, NewCandidate, NewMeasurement, NewRun, Origin, Store};
 use serde_json::Value as Json;
@@ -142,7 +142,7 @@ fn fixture(db: &Path) -> BTreeMap<&'static str, i64> {
             v
         };
         let ok = |fitness: f64| CandidateResult {
-            status: "evaluated".into(),
+            status: Status::Evaluated,
             gate: None,
             detail: Some(String::new()),
             resources: None,
@@ -154,8 +154,8 @@ fn fixture(db: &Path) -> BTreeMap<&'static str, i64> {
         store.record_result(ids[1], &ok(1.0), &times(1)).await.unwrap();
         store.record_result(rids[0], &ok(1.5), &times(0)).await.unwrap();
         let bad = CandidateResult {
-            status: "incorrect".into(),
-            gate: Some("correctness".into()),
+            status: Status::Incorrect,
+            gate: Some(Gate::Correctness),
             detail: Some("rel L2 0.3 > 0.01 on BATCH=1,HEADS=2,SEQ_Q=77".into()),
             ..ok(1.0)
         };
@@ -1100,7 +1100,7 @@ fn genome_run(db: &Path, r: &OneGenome) {
             .map(|(s, t)| measurement(s, Some(*t)))
             .collect();
         let result = CandidateResult {
-            status: "evaluated".into(),
+            status: Status::Evaluated,
             gate: None,
             detail: Some(String::new()),
             resources: None,

@@ -68,7 +68,7 @@ async fn outcome(store: &Store, run: &str) -> Outcome {
                 c.hash,
                 (
                     c.generation,
-                    c.status,
+                    c.status.map(|s| s.to_string()),
                     c.fitness,
                     c.origin.name().to_string(),
                     c.parents,

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use evo_core::config::SearchConfig;
+use evo_core::ShapeMeasurement;
 use evo_core::{Genome, Target, Value};
-use evo_eval::landscape::{Landscape, Point, ShapePoint, FORMAT};
+use evo_eval::landscape::{Landscape, Point, FORMAT};
 use evo_kernels::{Family, Specializations};
 
 fn root() -> PathBuf {
@@ -68,8 +69,8 @@ fn landscape(path: &Path) -> (BTreeSet<String>, Vec<String>) {
             shapes
                 .iter()
                 .enumerate()
-                .map(|(i, s)| ShapePoint {
-                    shape: s.clone(),
+                .map(|(i, s)| ShapeMeasurement {
+                    shape: Genome::parse(s).unwrap().as_vars().clone(),
                     // Shape 1 prefers different genomes than shapes 0 and 2.
                     median_us: Some(
                         slow * 100.0 * (i + 1) as f64 * if i == 1 { 2.0 / scale } else { scale },
@@ -79,6 +80,7 @@ fn landscape(path: &Path) -> (BTreeSet<String>, Vec<String>) {
                     tflops: None,
                     max_abs_err: Some(1e-3),
                     rel_l2: Some(2e-4),
+                    ..Default::default()
                 })
                 .collect()
         } else {
@@ -87,7 +89,7 @@ fn landscape(path: &Path) -> (BTreeSet<String>, Vec<String>) {
         points.insert(
             g.canonical(),
             Point {
-                status: status.into(),
+                status: status.parse().unwrap(),
                 gate: None,
                 detail: String::new(),
                 shapes: shape_points,
@@ -139,7 +141,7 @@ fn rows(db: &Path, run: &str) -> Vec<Row> {
                 (
                     c.generation,
                     c.genome,
-                    c.status,
+                    c.status.map(|s| s.to_string()),
                     c.fitness,
                     c.origin.name().to_string(),
                 )
@@ -557,7 +559,7 @@ fn search_quality_on_the_exhaustive_h200_landscape() {
             "-c",
             "configs/sdpa_landscape.toml",
             "--landscape",
-            "tests/data/landscape_sdpa64_h200.json",
+            "tests/data/landscape_sdpa64_h200.json.gz",
             "--seeds",
             "20",
         ])

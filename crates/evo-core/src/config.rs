@@ -263,28 +263,76 @@ impl Default for TimeoutConfig {
     }
 }
 
-/// `[search]`: the strategy and its parameters (the names of `evo_search::SearchParams`),
-/// the baseline, and the stopping and regression rules.
+/// The strategy's own parameters (the `[search]` keys every strategy reads). Deserializes
+/// from a partial table: missing fields take their [`Default`] values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchParams {
+    /// Proposals per generation.
+    pub population: usize,
+    /// K: how many of the best genomes breed and count as elites in the insights.
+    pub elites: usize,
+    /// Relative share of a generation's slots filled by mutating one elite.
+    pub mutation_share: f64,
+    /// Relative share filled by uniform crossover of two elites.
+    pub crossover_share: f64,
+    /// Relative share filled by uniformly random valid genomes (exploration).
+    pub exploration_share: f64,
+    /// A mutation moves between 1 and this many knobs (at least 1).
+    pub max_knob_moves: usize,
+    /// 0..=1: how strongly mutation prefers values common among elites (0 = uniform).
+    pub insight_weight: f64,
+    /// The run's seed; each generation's RNG derives from it and the generation number.
+    pub seed: u64,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams {
+            population: 32,
+            elites: 8,
+            mutation_share: 0.6,
+            crossover_share: 0.25,
+            exploration_share: 0.15,
+            max_knob_moves: 2,
+            insight_weight: 0.5,
+            seed: 0,
+        }
+    }
+}
+
+impl SearchParams {
+    /// Splits `slots` into (mutations, crossovers, random genomes) by the shares, rounding
+    /// crossovers and random genomes to the nearest integer and giving mutation the rest.
+    /// Negative or non-finite shares count as 0; if all are 0, every slot is a mutation.
+    pub fn split(&self, slots: usize) -> (usize, usize, usize) {
+        let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
+        let (m, c, e) = (
+            clean(self.mutation_share),
+            clean(self.crossover_share),
+            clean(self.exploration_share),
+        );
+        let total = m + c + e;
+        if total == 0.0 {
+            return (slots, 0, 0);
+        }
+        let share = |x: f64| ((slots as f64) * x / total).round() as usize;
+        let random = share(e).min(slots);
+        let cross = share(c).min(slots - random);
+        (slots - random - cross, cross, random)
+    }
+}
+
+/// `[search]`: the strategy and its parameters ([`SearchParams`], flat in the same
+/// table), the baseline, and the stopping and regression rules.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct SearchSection {
     /// "evolution", "random" or "exhaustive".
     pub strategy: String,
-    /// Genomes proposed per generation.
-    pub population: usize,
-    /// Top-K elites that parent the next generation.
-    pub elites: usize,
-    /// Relative shares of a generation made by mutating an elite, by crossing two
-    /// elites, and by drawing uniformly random valid genomes (exploration).
-    pub mutation_share: f64,
-    pub crossover_share: f64,
-    pub exploration_share: f64,
-    /// Knobs a mutation moves at most.
-    pub max_knob_moves: usize,
-    /// 0..=1: how strongly per-knob statistics of elites bias mutation (0: uniform).
-    pub insight_weight: f64,
-    /// RNG seed; the same seed and the same results give the same genomes.
-    pub seed: u64,
+    /// Population, elites, shares, knob moves, insight weight and seed.
+    #[serde(flatten)]
+    pub params: SearchParams,
     /// Genomes evaluated in generation 0 (canonical `K=V,...`).
     pub seeds: Vec<String>,
     /// The fitness baseline: `genome:K=V,...` (a genome of the family, evaluated first;
@@ -298,26 +346,38 @@ pub struct SearchSection {
     pub regression_tolerance: f64,
     /// ... on at least this many shapes is `regressed`.
     pub regression_shapes: usize,
+    /// Keys neither this section nor [`SearchParams`] knows: refused by
+    /// [`SearchConfig::parse`] (serde's `deny_unknown_fields` does not work with
+    /// `flatten`; a map flattened after the struct collects what it left).
+    #[serde(flatten, skip_serializing)]
+    unknown: BTreeMap<String, toml::Value>,
 }
 
 impl Default for SearchSection {
     fn default() -> Self {
         SearchSection {
             strategy: "evolution".into(),
-            population: 32,
-            elites: 8,
-            mutation_share: 0.6,
-            crossover_share: 0.25,
-            exploration_share: 0.15,
-            max_knob_moves: 2,
-            insight_weight: 0.5,
-            seed: 0,
+            params: SearchParams::default(),
             seeds: Vec::new(),
             baseline: None,
             patience: 0,
             regression_tolerance: 0.10,
             regression_shapes: 2,
+            unknown: BTreeMap::new(),
         }
+    }
+}
+
+impl SearchSection {
+    /// The keys `[search]` takes, in the order they are documented.
+    pub fn known_keys() -> Vec<String> {
+        let all = SearchSection {
+            baseline: Some(String::new()),
+            ..SearchSection::default()
+        };
+        toml::Table::try_from(all)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -413,6 +473,15 @@ impl SearchConfig {
                 Ok(vars)
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
+        if let Some(key) = raw.search.unknown.keys().next() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: format!(
+                    "[search]: unknown key `{key}`; known: {}",
+                    SearchSection::known_keys().join(", ")
+                ),
+            });
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(SearchConfig {
             path: path.to_path_buf(),
@@ -523,5 +592,27 @@ job_base_s = 5.0
         .unwrap_err()
         .to_string();
         assert!(e.contains("`M` must be an integer"), "{e}");
+    }
+
+    #[test]
+    fn search_section_takes_the_strategy_parameters_flat() {
+        let p = Path::new("s.toml");
+        let head = "problem = \"gemm\"\nfamily = \"x\"\n[[shapes]]\nM = 1\n[search]\n";
+        let c = SearchConfig::parse(
+            p,
+            &format!("{head}population = 8\nseed = 7\npatience = 3\n"),
+        )
+        .unwrap();
+        assert_eq!((c.search.params.population, c.search.params.seed), (8, 7));
+        assert_eq!(c.search.params.elites, SearchParams::default().elites);
+        assert_eq!(c.search.patience, 3);
+        let e = SearchConfig::parse(p, &format!("{head}popluation = 8\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("s.toml") && e.contains("`popluation`") && e.contains("population"),
+            "{e}"
+        );
+        assert_eq!(SearchSection::known_keys().len(), 14);
     }
 }

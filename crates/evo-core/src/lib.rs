@@ -10,6 +10,9 @@
 //! * [`Target`]: the GPU architecture a kernel is compiled for and its limits.
 //! * [`config::SearchConfig`]: the user's search configuration file.
 //! * [`fitness`]: speedup and regression arithmetic.
+//! * [`ShapeMeasurement`]: one variant's times and errors on one shape.
+//! * [`Status`] and [`Gate`]: the verdict vocabulary, from the evaluator to the database
+//!   and every report.
 //!
 //! Nothing here touches a GPU, a compiler or a database, so it builds and tests anywhere.
 
@@ -18,13 +21,17 @@ pub mod expr;
 pub mod fitness;
 pub mod genome;
 pub mod launch;
+pub mod measurement;
 pub mod space;
+pub mod status;
 pub mod target;
 pub mod value;
 
 pub use expr::{Expr, ExprError};
 pub use genome::{Genome, GenomeError, GenomeHash};
 pub use launch::{LaunchDims, LaunchRule};
+pub use measurement::{median_on, shape_key, ShapeMeasurement};
 pub use space::{Knob, Rejection, Space, SpaceError, SpaceStats};
+pub use status::{Gate, Status};
 pub use target::Target;
 pub use value::{Value, Vars};

@@ -1,35 +1,26 @@
 //! Recorded landscapes: the real measurements of many genomes of one family, exported
 //! from a database (`evo export-landscape`) and answered back by the replay evaluator
 //! (`evo search --evaluator replay:FILE`), so searches can be tested and compared on a
-//! machine without a GPU. Everything a replayed result says comes from the file.
+//! machine without a GPU. Everything a replayed result says comes from the file. A file is
+//! JSON, or gzip-compressed JSON when its name ends in `.gz` (the large recorded ones).
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::Path;
 
+use evo_core::{Gate, ShapeMeasurement, Status};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "evo-landscape-1";
 
-/// One shape's measurement of one genome.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ShapePoint {
-    /// Canonical shape key (`K=V,...`).
-    pub shape: String,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub tflops: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
-}
-
-/// The recorded outcome of one genome.
+/// The recorded outcome of one genome: its status and each shape's measurement (the
+/// record the database keeps, written without the timing samples).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Point {
-    pub status: String,
-    pub gate: Option<String>,
+    pub status: Status,
+    pub gate: Option<Gate>,
     pub detail: String,
-    pub shapes: Vec<ShapePoint>,
+    pub shapes: Vec<ShapeMeasurement>,
     /// Wall time the real evaluation took, in ms.
     pub eval_ms: Option<f64>,
 }
@@ -60,12 +51,21 @@ pub enum LandscapeError {
 }
 
 impl Landscape {
+    /// Reads a landscape file: JSON, or gzip-compressed JSON when the name ends in `.gz`.
     pub fn load(path: &Path) -> Result<Landscape, LandscapeError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| LandscapeError::Read {
+        let read = |source| LandscapeError::Read {
             path: p.clone(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(read)?;
+        let mut text = String::new();
+        if is_gzip(path) {
+            flate2::read::GzDecoder::new(file).read_to_string(&mut text)
+        } else {
+            std::io::BufReader::new(file).read_to_string(&mut text)
+        }
+        .map_err(read)?;
         let l: Landscape = serde_json::from_str(&text).map_err(|e| LandscapeError::Parse {
             path: p.clone(),
             message: e.to_string(),
@@ -79,15 +79,31 @@ impl Landscape {
         Ok(l)
     }
 
+    /// Writes the landscape as pretty JSON (gzip-compressed when the name ends in `.gz`),
+    /// through a temporary file renamed into place.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self).expect("serializes"))?;
+        let json = serde_json::to_vec_pretty(self).expect("serializes");
+        if is_gzip(path) {
+            let mut gz = flate2::write::GzEncoder::new(
+                std::fs::File::create(&tmp)?,
+                flate2::Compression::best(),
+            );
+            gz.write_all(&json)?;
+            gz.finish()?;
+        } else {
+            std::fs::write(&tmp, json)?;
+        }
         std::fs::rename(tmp, path)
     }
 
     pub fn get(&self, genome: &str) -> Option<&Point> {
         self.points.get(genome)
     }
+}
+
+fn is_gzip(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
 }
 
 #[cfg(test)]
@@ -108,17 +124,15 @@ mod tests {
         l.points.insert(
             "A=1".into(),
             Point {
-                status: "evaluated".into(),
+                status: Status::Evaluated,
                 gate: None,
                 detail: String::new(),
-                shapes: vec![ShapePoint {
-                    shape: "M=1".into(),
+                shapes: vec![ShapeMeasurement {
+                    shape: evo_core::Genome::parse("M=1").unwrap().as_vars().clone(),
                     median_us: Some(3.5),
-                    p20_us: None,
-                    p80_us: None,
-                    tflops: None,
                     max_abs_err: Some(1e-3),
                     rel_l2: Some(1e-4),
+                    ..Default::default()
                 }],
                 eval_ms: Some(900.0),
             },
@@ -126,6 +140,14 @@ mod tests {
         let path = dir.path().join("l.json");
         l.save(&path).unwrap();
         assert_eq!(Landscape::load(&path).unwrap(), l);
+        let gz = dir.path().join("l.json.gz");
+        l.save(&gz).unwrap();
+        assert_eq!(
+            &std::fs::read(&gz).unwrap()[..2],
+            [0x1f, 0x8b],
+            "gzip magic"
+        );
+        assert_eq!(Landscape::load(&gz).unwrap(), l);
         l.format = "evo-landscape-99".into();
         l.save(&path).unwrap();
         assert!(matches!(

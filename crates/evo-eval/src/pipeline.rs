@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use evo_core::config::{CorrectnessConfig, StaticConfig};
+use evo_core::config::{CorrectnessConfig, StaticConfig, TimeoutConfig};
 use evo_core::{LaunchDims, Target, Value, Vars};
 use evo_gpu::nvrtc::NvrtcError;
 use evo_gpu::{CompileRequest, Compiled, Compiler, SassCounts};
@@ -12,7 +12,7 @@ use evo_kernels::Problem;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::pool::Pool;
+use crate::pool::{Pool, WorkerCommand};
 use crate::protocol::{CorrectnessPlan, Cubin, Job, JobResult, ShapeJob, TimingPlan};
 use crate::static_gate::{self, StaticKernel};
 use crate::{Gate, Status};
@@ -80,6 +80,30 @@ pub struct Evaluator {
     pub compiler: Compiler,
     pub pool: Pool,
     pub gates: GateSettings,
+}
+
+impl Evaluator {
+    /// The one way to build an evaluator: the gates of `gates` with one worker process per
+    /// GPU of `gpus` (this executable's `evo worker --gpu N`), compiling with `compiler`.
+    /// Fails only when this executable's path cannot be read.
+    pub fn on_gpus(
+        problem: &'static dyn Problem,
+        compiler: Compiler,
+        gpus: &[u32],
+        timeouts: TimeoutConfig,
+        gates: GateSettings,
+    ) -> std::io::Result<Evaluator> {
+        let workers = gpus
+            .iter()
+            .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Evaluator {
+            problem,
+            compiler,
+            pool: Pool::new(workers, timeouts),
+            gates,
+        })
+    }
 }
 
 /// Fresh seeds for a candidate: a function of its label and the run's salt, so each

@@ -55,6 +55,20 @@ pub struct Compiler {
 }
 
 impl Compiler {
+    /// The compiler of a config's `[compile]` section for `arch`, with the compile cache
+    /// every command shares ([`CompileCache::default_dir`]).
+    pub fn for_config(
+        arch: &str,
+        compile: &evo_core::config::CompileConfig,
+    ) -> Result<Compiler, NvrtcError> {
+        Compiler::new(
+            arch,
+            &compile.options,
+            compile.max_registers,
+            Some(CompileCache::new(CompileCache::default_dir())),
+        )
+    }
+
     /// `user_options` come from the config (`-std=c++17`, `-lineinfo`, ...); evo adds
     /// the architecture, the CUDA include path, `--maxrregcount` when `max_registers`
     /// is non-zero, and `--ptxas-options=-v` for the resource report.

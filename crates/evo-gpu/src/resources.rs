@@ -208,9 +208,14 @@ pub enum SassError {
 
 /// Runs `cuobjdump -sass` on a CUBIN and returns its text.
 pub fn disassemble(cuobjdump: &Path, cubin: &[u8]) -> Result<String, SassError> {
+    // One file per call: threads of one process may disassemble the same CUBIN at once
+    // (genomes whose code is equal for a specialization), and one's removal must not pull
+    // the file from under another's cuobjdump.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("evo-sass-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("{:x}.cubin", sha2_prefix(cubin)));
+    let file = dir.join(format!("{:x}-{call}.cubin", sha2_prefix(cubin)));
     std::fs::write(&file, cubin)?;
     let out = Command::new(cuobjdump).arg("-sass").arg(&file).output();
     let _ = std::fs::remove_file(&file);

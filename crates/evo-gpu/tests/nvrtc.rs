@@ -137,3 +137,31 @@ fn first_compiles_of_a_process_may_run_concurrently() {
         assert_eq!(reported.registers, elf[0].registers, "{}", r.log);
     }
 }
+
+/// The same CUBIN disassembled by many threads at once (a sweep compiles genomes whose
+/// code is equal for some specialization): every call gets its SASS.
+#[test]
+fn concurrent_disassembly_of_one_cubin() {
+    let c = compiler(None);
+    if c.install().cuobjdump.is_none() {
+        eprintln!("skipping: no cuobjdump (scripts/install-cuda.sh installs it)");
+        return;
+    }
+    let out = c.compile(&request(MMA_KERNEL)).unwrap();
+    let cubin = out.cubin.unwrap();
+    std::thread::scope(|s| {
+        let calls: Vec<_> = (0..16)
+            .map(|_| s.spawn(|| c.sass_counts(&cubin).unwrap()))
+            .collect();
+        for (i, call) in calls.into_iter().enumerate() {
+            let counts = call
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert!(
+                counts["mma_probe"].tensor["HMMA"] > 0,
+                "call {i}: {counts:?}"
+            );
+        }
+    });
+}

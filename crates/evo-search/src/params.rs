@@ -5,65 +5,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// Settings shared by every strategy (each reads the ones it needs). Deserializes from a
-/// partial table: missing fields take their [`Default`] values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SearchParams {
-    /// Proposals per generation.
-    pub population: usize,
-    /// K: how many of the best genomes breed and count as elites in the insights.
-    pub elites: usize,
-    /// Relative share of a generation's slots filled by mutating one elite.
-    pub mutation_share: f64,
-    /// Relative share filled by uniform crossover of two elites.
-    pub crossover_share: f64,
-    /// Relative share filled by uniformly random valid genomes (exploration).
-    pub exploration_share: f64,
-    /// A mutation moves between 1 and this many knobs (at least 1).
-    pub max_knob_moves: usize,
-    /// 0..=1: how strongly mutation prefers values common among elites (0 = uniform).
-    pub insight_weight: f64,
-    /// The run's seed; each generation's RNG derives from it and the generation number.
-    pub seed: u64,
-}
-
-impl Default for SearchParams {
-    fn default() -> Self {
-        SearchParams {
-            population: 32,
-            elites: 8,
-            mutation_share: 0.6,
-            crossover_share: 0.25,
-            exploration_share: 0.15,
-            max_knob_moves: 2,
-            insight_weight: 0.5,
-            seed: 0,
-        }
-    }
-}
-
-impl SearchParams {
-    /// Splits `slots` into (mutations, crossovers, random genomes) by the shares, rounding
-    /// crossovers and random genomes to the nearest integer and giving mutation the rest.
-    /// Negative or non-finite shares count as 0; if all are 0, every slot is a mutation.
-    pub fn split(&self, slots: usize) -> (usize, usize, usize) {
-        let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
-        let (m, c, e) = (
-            clean(self.mutation_share),
-            clean(self.crossover_share),
-            clean(self.exploration_share),
-        );
-        let total = m + c + e;
-        if total == 0.0 {
-            return (slots, 0, 0);
-        }
-        let share = |x: f64| ((slots as f64) * x / total).round() as usize;
-        let random = share(e).min(slots);
-        let cross = share(c).min(slots - random);
-        (slots - random - cross, cross, random)
-    }
-}
+/// Settings shared by every strategy (each reads the ones it needs): the `[search]`
+/// parameters of a config, defined once in evo-core.
+pub use evo_core::config::SearchParams;
 
 /// Which strategy a run uses (the config's `strategy = "evolution"`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -44,10 +44,13 @@
 //!   After a crash, [`Store::pending_candidates`] lists the candidates to evaluate again.
 //! * **Results are written once.** Recording a result for a candidate that has one is
 //!   [`StoreError::AlreadyRecorded`].
-//! * **Names are validated here.** Statuses and gates are stored as the snake_case names
-//!   of `evo_eval::Status` / `evo_eval::Gate` ([`STATUS_NAMES`], [`GATE_NAMES`]); a
-//!   fitness is accepted only for `evaluated` and `regressed` ([`FITNESS_STATUSES`]), and
-//!   only `evaluated` candidates are elites or count for best fitness.
+//! * **One vocabulary.** Statuses and gates are evo-core's [`evo_core::Status`] and
+//!   [`evo_core::Gate`], stored as their snake_case names (a row with another name is
+//!   [`StoreError::Corrupt`]); a fitness is accepted only for the timed statuses
+//!   (`evaluated` and `regressed`), and only `evaluated` candidates are elites or count
+//!   for best fitness.
+//! * **Run state is typed.** Settings, search state, elites and host counters are the
+//!   types of [`state`] ([`RunSettings`], [`SearchState`], ...), stored as JSON text.
 //! * **Refusals leave files untouched.** A file that is not SQLite, a SQLite database of
 //!   another program, and a database whose `_sqlx_migrations` (or `meta.schema_version`)
 //!   holds a version this build does not know ([`StoreError::TooNew`]: upgrade evo) are
@@ -63,16 +66,19 @@ mod error;
 mod hosts;
 mod model;
 mod open;
+pub mod state;
 mod store;
 
 pub use error::StoreError;
+pub use evo_core::shape_key;
 pub use hosts::{now_ms, Advance, Host, NewHost};
 pub use model::{
-    shape_key, Baseline, Candidate, CandidateId, CandidateResult, Generation, GenerationRow,
-    Measurement, NewCandidate, NewMeasurement, NewProfile, NewRun, Origin, Profile, ProfileId, Run,
-    RunId, RunStatus, RunSummary, EVALUATED, FITNESS_STATUSES, GATE_NAMES, PENDING, STATUS_NAMES,
+    Baseline, Candidate, CandidateId, CandidateResult, Generation, GenerationRow, Measurement,
+    NewCandidate, NewMeasurement, NewProfile, NewRun, Origin, Profile, ProfileId, Run, RunId,
+    RunStatus, RunSummary, PENDING,
 };
 pub use open::{known_schema_versions, redact_url, schema_version, DbKind, BUSY_TIMEOUT};
+pub use state::{to_stored_json, EliteEntry, GpuBusy, HostStats, RunSettings, SearchState};
 pub use store::Store;
 
 /// The database file `evo search` uses when `--db` is not given.

@@ -1,45 +1,13 @@
 //! The rows evo-store reads and writes, as plain structs (all `Serialize`, for the
-//! CLI's `--json`), and the names it accepts for statuses, gates, origins and run states.
+//! CLI's `--json`). Statuses and gates are evo-core's [`Status`] and [`Gate`], stored by
+//! name; origins and run states are named here.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use evo_core::{Genome, GenomeError, Vars};
+use evo_core::{Gate, Genome, GenomeError, ShapeMeasurement, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-
-/// Names of `evo_eval::Status` (snake_case), the only statuses a result may have.
-/// Kept here because evo-store does not depend on evo-eval; a test on the evo-eval side
-/// should assert the two lists agree.
-pub const STATUS_NAMES: [&str; 9] = [
-    "render_failed",
-    "compile_failed",
-    "rejected_static",
-    "launch_failed",
-    "crashed",
-    "timed_out",
-    "incorrect",
-    "regressed",
-    "evaluated",
-];
-
-/// Names of `evo_eval::Gate` (snake_case), the only gates a result may name.
-pub const GATE_NAMES: [&str; 7] = [
-    "render",
-    "compile",
-    "static",
-    "correctness",
-    "timing",
-    "sanitizer",
-    "profile",
-];
-
-/// The status of a candidate that reached timing and passed every gate: the only one
-/// [`crate::Store::elites`] and best fitness consider.
-pub const EVALUATED: &str = "evaluated";
-
-/// Statuses that may carry a fitness (both were timed).
-pub const FITNESS_STATUSES: [&str; 2] = ["evaluated", "regressed"];
 
 /// The key [`crate::Store::status_counts`] uses for candidates without a result yet.
 pub const PENDING: &str = "pending";
@@ -163,9 +131,12 @@ pub struct Run {
     pub nvrtc_version: Option<String>,
     pub arch: Option<String>,
     pub status: RunStatus,
-    /// The last state given to [`crate::Store::save_search_state`].
+    /// The last state given to [`crate::Store::save_search_state`] or
+    /// [`crate::Store::advance_generation`]: a [`crate::SearchState`] as JSON
+    /// ([`Run::state`] reads it).
     pub search_state: Option<Json>,
-    /// Run-wide settings every host obeys (JSON object), see [`crate::RunSettings`].
+    /// Run-wide settings every host obeys: a [`crate::RunSettings`] as JSON
+    /// ([`Run::run_settings`] reads it).
     pub settings: Option<Json>,
 }
 
@@ -233,10 +204,10 @@ pub struct Candidate {
     pub generation: u32,
     pub parents: Vec<String>,
     pub origin: Origin,
-    /// A [`STATUS_NAMES`] entry; `None` while pending.
-    pub status: Option<String>,
-    /// A [`GATE_NAMES`] entry: the gate that failed (or the last one reached).
-    pub gate: Option<String>,
+    /// `None` while pending.
+    pub status: Option<Status>,
+    /// The gate that failed (or the last one reached).
+    pub gate: Option<Gate>,
     pub detail: Option<String>,
     pub resources: Option<Json>,
     pub fitness: Option<f64>,
@@ -265,15 +236,13 @@ impl Candidate {
 }
 
 /// The outcome of evaluating one candidate, for [`crate::Store::record_result`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CandidateResult {
-    /// One of [`STATUS_NAMES`].
-    pub status: String,
-    /// One of [`GATE_NAMES`].
-    pub gate: Option<String>,
+    pub status: Status,
+    pub gate: Option<Gate>,
     pub detail: Option<String>,
     pub resources: Option<Json>,
-    /// Only for the statuses in [`FITNESS_STATUSES`]; finite.
+    /// Only for the statuses that were timed ([`Status::has_fitness`]); finite.
     pub fitness: Option<f64>,
     /// Wall time the evaluation took.
     pub eval_ms: Option<f64>,
@@ -281,37 +250,45 @@ pub struct CandidateResult {
     pub source_key: Option<String>,
 }
 
-/// One shape's measurement, for [`crate::Store::record_result`]. Times must be finite;
-/// a NaN error value is stored as NULL (SQLite has no NaN), infinities are kept.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NewMeasurement {
-    pub shape: Vars,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub samples: Vec<f64>,
-    pub tflops: Option<f64>,
-    pub peak_fraction: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
+impl CandidateResult {
+    /// A result with this status and nothing else recorded.
+    pub fn new(status: Status) -> CandidateResult {
+        CandidateResult {
+            status,
+            gate: None,
+            detail: None,
+            resources: None,
+            fitness: None,
+            eval_ms: None,
+            source_key: None,
+        }
+    }
 }
 
-/// A measurement as stored.
+/// One shape's measurement, for [`crate::Store::record_result`]: the one per-shape record
+/// of evo-core. Times must be finite; a NaN error value is stored as NULL (SQLite has no
+/// NaN), infinities are kept.
+pub type NewMeasurement = ShapeMeasurement;
+
+/// A measurement as stored: the record, with its row id and the shape's canonical text.
+/// It dereferences to the record (`m.median_us`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Measurement {
     pub id: i64,
     pub candidate_id: CandidateId,
-    /// Canonical text of the shape, see [`crate::shape_key`].
+    /// Canonical text of the shape, see [`crate::shape_key`] (also in `measured`).
+    #[serde(skip)]
     pub shape: String,
-    pub shape_vars: Vars,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub samples: Vec<f64>,
-    pub tflops: Option<f64>,
-    pub peak_fraction: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
+    #[serde(flatten)]
+    pub measured: ShapeMeasurement,
+}
+
+impl std::ops::Deref for Measurement {
+    type Target = ShapeMeasurement;
+
+    fn deref(&self) -> &ShapeMeasurement {
+        &self.measured
+    }
 }
 
 /// A baseline time for one shape of a run.
@@ -375,10 +352,4 @@ pub struct Profile {
     pub shape: Option<String>,
     pub metrics: Json,
     pub created_at: String,
-}
-
-/// The canonical text of a shape: `NAME=value,...` sorted by name, like a genome. Use it
-/// for baseline shapes so they match the measurements' `shape`.
-pub fn shape_key(shape: &Vars) -> String {
-    Genome::from_vars(shape.clone()).canonical()
 }

@@ -15,6 +15,7 @@ use sqlx::{Any, AnyPool, Row, Transaction};
 use crate::error::{is_fk_violation, is_unique_violation, Ctx, StoreError};
 use crate::model::*;
 use crate::open::{DbKind, EVO_VERSION};
+use evo_core::{shape_key, Gate, Status};
 
 /// A population database: a pool of connections to one SQLite file or one PostgreSQL
 /// database. Share it by reference, or clone it (clones share the pool; [`Store::close`]
@@ -162,8 +163,8 @@ pub(crate) fn candidate_from_row(row: &AnyRow) -> Result<Candidate, StoreError> 
             table: T,
             message: format!("unknown origin `{origin}`"),
         })?,
-        status: col(row, "status", T)?,
-        gate: col(row, "gate", T)?,
+        status: named_col(row, "status", T, Status::parse)?,
+        gate: named_col(row, "gate", T, Gate::parse)?,
         detail: col(row, "detail", T)?,
         resources: opt_json_col(row, "resources", T)?,
         fitness: col(row, "fitness", T)?,
@@ -177,24 +178,43 @@ pub(crate) fn candidate_from_row(row: &AnyRow) -> Result<Candidate, StoreError> 
     })
 }
 
+/// A nullable column holding a name of evo-core's vocabulary (a status or a gate).
+fn named_col<V>(
+    row: &AnyRow,
+    name: &str,
+    table: &'static str,
+    parse: fn(&str) -> Option<V>,
+) -> Result<Option<V>, StoreError> {
+    let text: Option<String> = col(row, name, table)?;
+    text.map(|t| {
+        parse(&t).ok_or_else(|| StoreError::Corrupt {
+            table,
+            message: format!("column {name} holds `{t}`, a name this evo does not know"),
+        })
+    })
+    .transpose()
+}
+
 fn measurement_from_row(row: &AnyRow) -> Result<Measurement, StoreError> {
     const T: &str = "measurements";
     Ok(Measurement {
         id: col(row, "id", T)?,
         candidate_id: CandidateId(col(row, "candidate_id", T)?),
         shape: col(row, "shape", T)?,
-        shape_vars: json_col(row, "shape_json", T)?,
-        median_us: col(row, "median_us", T)?,
-        p20_us: col(row, "p20_us", T)?,
-        p80_us: col(row, "p80_us", T)?,
-        samples: json_col::<Vec<Option<f64>>>(row, "samples", T)?
-            .into_iter()
-            .map(|s| s.unwrap_or(f64::NAN))
-            .collect(),
-        tflops: col(row, "tflops", T)?,
-        peak_fraction: col(row, "peak_fraction", T)?,
-        max_abs_err: col(row, "max_abs_err", T)?,
-        rel_l2: col(row, "rel_l2", T)?,
+        measured: NewMeasurement {
+            shape: json_col(row, "shape_json", T)?,
+            median_us: col(row, "median_us", T)?,
+            p20_us: col(row, "p20_us", T)?,
+            p80_us: col(row, "p80_us", T)?,
+            samples: json_col::<Vec<Option<f64>>>(row, "samples", T)?
+                .into_iter()
+                .map(|s| s.unwrap_or(f64::NAN))
+                .collect(),
+            tflops: col(row, "tflops", T)?,
+            peak_fraction: col(row, "peak_fraction", T)?,
+            max_abs_err: col(row, "max_abs_err", T)?,
+            rel_l2: col(row, "rel_l2", T)?,
+        },
     })
 }
 
@@ -264,32 +284,13 @@ fn validate_result(
     result: &CandidateResult,
     measurements: &[NewMeasurement],
 ) -> Result<(), StoreError> {
-    if !STATUS_NAMES.contains(&result.status.as_str()) {
-        return Err(StoreError::invalid(
-            "result",
-            format!(
-                "unknown status `{}` (known: {})",
-                result.status,
-                STATUS_NAMES.join(", ")
-            ),
-        ));
-    }
-    if let Some(gate) = &result.gate {
-        if !GATE_NAMES.contains(&gate.as_str()) {
-            return Err(StoreError::invalid(
-                "result",
-                format!("unknown gate `{gate}` (known: {})", GATE_NAMES.join(", ")),
-            ));
-        }
-    }
     check_finite("result", "fitness", result.fitness)?;
-    if result.fitness.is_some() && !FITNESS_STATUSES.contains(&result.status.as_str()) {
+    if result.fitness.is_some() && !result.status.has_fitness() {
         return Err(StoreError::invalid(
             "result",
             format!(
-                "a `{}` candidate has no fitness (only {} do)",
-                result.status,
-                FITNESS_STATUSES.join(" and ")
+                "a `{}` candidate has no fitness (only evaluated and regressed do)",
+                result.status
             ),
         ));
     }
@@ -457,7 +458,7 @@ impl Store {
                AS last_generation \
              FROM runs r ORDER BY r.id",
         )
-        .bind(EVALUATED)
+        .bind(Status::Evaluated.name())
         .fetch_all(&self.pool)
         .await
         .ctx(|| "listing runs".into())?;
@@ -743,7 +744,7 @@ impl Store {
              ORDER BY fitness DESC, id ASC LIMIT $3"
         ))
         .bind(run.0)
-        .bind(EVALUATED)
+        .bind(Status::Evaluated.name())
         .bind(i64::try_from(top).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
@@ -831,8 +832,8 @@ impl Store {
              lease_owner = NULL, lease_until = NULL \
              WHERE id = $9 AND status IS NULL"
         })
-        .bind(&result.status)
-        .bind(&result.gate)
+        .bind(result.status.name())
+        .bind(result.gate.map(Gate::name))
         .bind(&result.detail)
         .bind(resources)
         .bind(F64(result.fitness))
@@ -964,10 +965,10 @@ impl Store {
         &self,
         run: RunId,
         baselines: &[(S, f64, T)],
-        updates: &[(CandidateId, String, Option<f64>)],
+        updates: &[(CandidateId, Status, Option<f64>)],
     ) -> Result<(), StoreError> {
         for (id, status, fitness) in updates {
-            if !FITNESS_STATUSES.contains(&status.as_str()) {
+            if !status.has_fitness() {
                 return Err(StoreError::invalid(
                     "rescore",
                     format!("candidate {id}: status `{status}` does not carry a fitness"),
@@ -987,7 +988,7 @@ impl Store {
                 "UPDATE candidates SET status = $1, fitness = $2 \
                  WHERE id = $3 AND run_id = $4 AND status IN ('evaluated', 'regressed')",
             )
-            .bind(status)
+            .bind(status.name())
             .bind(F64(*fitness))
             .bind(id.0)
             .bind(run.0)
@@ -1187,33 +1188,58 @@ mod tests {
     #[test]
     fn results_are_validated() {
         let ok = CandidateResult {
-            status: "evaluated".into(),
             fitness: Some(1.5),
-            ..Default::default()
+            ..CandidateResult::new(Status::Evaluated)
         };
         assert!(validate_result(&ok, &[]).is_ok());
-        let bad_status = CandidateResult {
-            status: "fast".into(),
-            ..Default::default()
-        };
-        assert!(validate_result(&bad_status, &[]).is_err());
         let fitness_on_failure = CandidateResult {
-            status: "compile_failed".into(),
             fitness: Some(1.0),
-            ..Default::default()
+            ..CandidateResult::new(Status::CompileFailed)
         };
         assert!(validate_result(&fitness_on_failure, &[]).is_err());
         let nan = CandidateResult {
-            status: "evaluated".into(),
             fitness: Some(f64::NAN),
-            ..Default::default()
+            ..CandidateResult::new(Status::Evaluated)
         };
         assert!(validate_result(&nan, &[]).is_err());
-        let bad_gate = CandidateResult {
-            status: "incorrect".into(),
-            gate: Some("vibes".into()),
-            ..Default::default()
-        };
-        assert!(validate_result(&bad_gate, &[]).is_err());
+    }
+
+    /// A status or gate name this evo does not know (another program wrote the row) is
+    /// refused when read, never taken for another.
+    #[tokio::test]
+    async fn unknown_status_names_in_the_database_are_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("p.db").to_str().unwrap())
+            .await
+            .unwrap();
+        let run = store
+            .create_run(&NewRun {
+                name: "r".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let genome = evo_core::Genome::parse("A=1").unwrap();
+        let id = store
+            .insert_candidates(run, &[NewCandidate::new(genome, 0, Origin::Seed)])
+            .await
+            .unwrap()[0];
+        for (column, name) in [("status", "exploded"), ("gate", "vibes")] {
+            sqlx::query(&format!("UPDATE candidates SET {column} = $1"))
+                .bind(name)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            let err = store.candidate(id).await.unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Corrupt { .. }) && err.to_string().contains(name),
+                "{err}"
+            );
+            sqlx::query(&format!("UPDATE candidates SET {column} = NULL"))
+                .execute(&store.pool)
+                .await
+                .unwrap();
+        }
+        store.close().await;
     }
 }

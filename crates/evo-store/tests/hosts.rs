@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
+use evo_core::{Gate, Status};
 use evo_store::{
     Advance, CandidateResult, GenerationRow, NewCandidate, NewHost, Origin, RunStatus, Store,
     StoreError,
@@ -28,9 +29,8 @@ fn host(id: &str) -> NewHost {
 
 fn failed() -> CandidateResult {
     CandidateResult {
-        status: "compile_failed".into(),
-        gate: Some("compile".into()),
-        ..Default::default()
+        gate: Some(Gate::Compile),
+        ..CandidateResult::new(Status::CompileFailed)
     }
 }
 
@@ -304,10 +304,9 @@ async fn null_then_real_floats_in_one_statement(store: Store) {
     let ids = store.insert_candidates(run, &rows).await.unwrap();
     store.record_result(ids[0], &failed(), &[]).await.unwrap();
     let ok = CandidateResult {
-        status: "evaluated".into(),
         fitness: Some(1.25),
         eval_ms: Some(3.5),
-        ..Default::default()
+        ..CandidateResult::new(Status::Evaluated)
     };
     store.record_result(ids[1], &ok, &[]).await.unwrap();
     let c = store.candidate(ids[1]).await.unwrap().unwrap();

@@ -9,9 +9,8 @@ use evo_core::config::{
 };
 use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{self, Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::Status;
-use evo_gpu::{CompileCache, Compiler};
+use evo_gpu::Compiler;
 use evo_kernels::handwritten;
 use serde::Serialize;
 
@@ -138,12 +137,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         target.max_smem_per_block = d.max_smem_per_block_optin;
     }
     let arch = target.arch.clone();
-    let compiler = Compiler::new(
-        &arch,
-        &compile.options,
-        compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
+    let compiler = Compiler::for_config(&arch, &compile)?;
     let timing_plan = (timing.enabled && !args.no_timing).then(|| timing.clone());
     let gates = GateSettings {
         target,
@@ -206,16 +200,9 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
     let verdicts = match &gpu {
         None => static_only(problem, &compiler, &gates, jobs),
         Some((gpus, _)) => {
-            let workers = gpus
-                .iter()
-                .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            let evaluator = Arc::new(Evaluator {
-                problem,
-                compiler,
-                pool: Pool::new(workers, timeouts),
-                gates,
-            });
+            let evaluator = Arc::new(Evaluator::on_gpus(
+                problem, compiler, gpus, timeouts, gates,
+            )?);
             let mut verdicts = evaluate_all(&evaluator, jobs, salt)?;
             if !args.no_sanitize {
                 sanitize_all(problem, &mut verdicts, gpus[0]);

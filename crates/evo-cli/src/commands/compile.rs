@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::cli::{GenomeArgs, TargetArgs};
 use crate::output::{bytes, print_json, table};
-use crate::setup;
+use crate::setup::{self, Picking};
 
 pub struct Options<'a> {
     pub target: &'a TargetArgs,
@@ -147,7 +147,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
 }
 
 fn print_human(
-    loaded: &setup::Loaded,
+    loaded: &evo_run::Context,
     compiler: &Compiler,
     reports: &[VariantReport],
     wall: std::time::Duration,

@@ -8,15 +8,14 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use evo_core::{Genome, Target};
 use evo_eval::pipeline::{family_candidates, Evaluator, GateSettings, Verdict};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::{Gate, Status};
-use evo_gpu::{CompileCache, Compiler};
+use evo_gpu::Compiler;
 use serde::Serialize;
 
 use crate::cli::TargetArgs;
 use crate::commands::check::shape_text;
 use crate::output::{print_json, table};
-use crate::setup;
+use crate::setup::{self, Picking};
 
 pub struct Options<'a> {
     pub target: &'a TargetArgs,
@@ -107,29 +106,20 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         Vec::new()
     };
     let cfg = &loaded.config;
-    let compiler = Compiler::new(
-        &arch,
-        &cfg.compile.options,
-        cfg.compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
-    let workers = gpus
-        .iter()
-        .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
-        .collect::<std::io::Result<Vec<_>>>()?;
     let mut target = loaded.target.target.clone();
     target.max_smem_per_block = device.max_smem_per_block_optin;
-    let evaluator = Arc::new(Evaluator {
+    let evaluator = Arc::new(Evaluator::on_gpus(
         problem,
-        compiler,
-        pool: Pool::new(workers, cfg.timeouts.clone()),
-        gates: GateSettings {
+        Compiler::for_config(&arch, &cfg.compile)?,
+        &gpus,
+        cfg.timeouts.clone(),
+        GateSettings {
             target,
             static_rules: loaded.family.static_rules(cfg.static_rules.clone()),
             correctness: cfg.correctness.clone(),
             timing: (cfg.timing.enabled && !o.no_timing).then(|| cfg.timing.clone()),
         },
-    });
+    )?);
     // Candidates: one per (genome, specialization).
     let mut jobs = Vec::new();
     for g in &genomes {

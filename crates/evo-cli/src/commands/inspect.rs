@@ -1,25 +1,24 @@
 //! Inspecting a population database after a search: `evo runs`, `evo elites`,
-//! `evo show`, `evo lineage`, `evo diff` and `evo stats`, plus the loading helpers
-//! `evo report` shares (opening a database without creating it, finding a run or a
-//! candidate, per-candidate rows with measurements and resources).
+//! `evo show`, `evo lineage`, `evo diff` and `evo stats` print what the read queries of
+//! [`evo_run::inspect`] find (and the presentation helpers `evo report` shares: shape
+//! labels, varying knobs, compact shape names).
 //!
 //! Every command here only reads: a missing database file is an error, never created.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
-use evo_core::config::SearchConfig;
-use evo_core::{Genome, Target};
-use evo_gpu::{CompileCache, CompileRequest, Compiler};
-use evo_kernels::{Family, Specializations};
-use evo_store::{Candidate, CandidateId, Run, Store};
-use serde::Serialize;
+use anyhow::{anyhow, Result};
+use evo_gpu::{CompileRequest, Compiler};
+use evo_run::inspect::{
+    baselines, candidate_row, find_candidate, find_run, knob_changes, open_existing, ranked,
+    run_stats, CandidateRow, KnobChange, ResourceSummary, ShapeRow,
+};
+use evo_run::Context;
 use serde_json::Value as Json;
 
 use crate::output::{bytes, fitted_table as table, print_json};
-use crate::setup::{self, Loaded, TargetChoice};
 
 /// What `evo show` prints instead of the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,282 +28,6 @@ pub enum ShowWhat {
     Ptx,
     Sass,
     Log,
-}
-
-/// The file behind a database location, when it is a SQLite one.
-fn sqlite_file(db: &str) -> Option<PathBuf> {
-    let t = db.trim();
-    if let Some(rest) = t
-        .strip_prefix("sqlite://")
-        .or_else(|| t.strip_prefix("sqlite:"))
-    {
-        return Some(PathBuf::from(rest));
-    }
-    (!t.contains("://")).then(|| PathBuf::from(t))
-}
-
-/// Opens an existing population database for reading. A missing SQLite file is an
-/// error (a read command never creates a database).
-pub async fn open_existing(db: &str) -> Result<Store> {
-    if let Some(path) = sqlite_file(db) {
-        if !path.exists() {
-            bail!(
-                "no population database at {}: `evo search` creates one; pass --db PATH (or set EVO_DB) to read another",
-                path.display()
-            );
-        }
-    }
-    Store::open(db)
-        .await
-        .with_context(|| format!("opening the population database {db}"))
-}
-
-/// The named run (name or id), else the newest run of the database.
-pub async fn find_run(store: &Store, run: Option<&str>, db: &str) -> Result<Run> {
-    match run {
-        Some(name) => store
-            .run(name)
-            .await?
-            .ok_or_else(|| anyhow!("no run `{name}` in {db}; `evo runs` lists the runs")),
-        None => {
-            let last = store
-                .runs()
-                .await?
-                .pop()
-                .ok_or_else(|| anyhow!("{db} holds no run yet; start one with `evo search`"))?;
-            Ok(store.run_by_id(last.id).await?.expect("listed run exists"))
-        }
-    }
-}
-
-/// A candidate by id (`12`, `id:12`) or genome hash prefix (at least 4 hex digits),
-/// optionally only within `run`. Ambiguous or missing references are errors that say
-/// what matched.
-pub async fn find_candidate(
-    store: &Store,
-    reference: &str,
-    run: Option<&Run>,
-    db: &str,
-) -> Result<Candidate> {
-    let text = reference.trim();
-    let mut found: Vec<Candidate> = Vec::new();
-    let explicit_id = text.strip_prefix("id:").or_else(|| text.strip_prefix('#'));
-    let id_text = explicit_id.unwrap_or(text);
-    if let Ok(id) = id_text.parse::<i64>() {
-        if let Some(c) = store.candidate(CandidateId(id)).await? {
-            found.push(c);
-        }
-    }
-    if explicit_id.is_none() && text.len() >= 4 {
-        for c in store.candidates_by_hash_prefix(text).await? {
-            if !found.iter().any(|f| f.id == c.id) {
-                found.push(c);
-            }
-        }
-    }
-    if let Some(r) = run {
-        found.retain(|c| c.run_id == r.id);
-    }
-    let scope = run.map_or(String::new(), |r| format!(" of run `{}`", r.name));
-    match found.len() {
-        0 => bail!(
-            "no candidate{scope} with id or genome hash prefix `{text}` in {db} (hash prefixes need 4 or more hex digits; `evo elites` lists ids and hashes)"
-        ),
-        1 => Ok(found.pop().expect("one")),
-        n => {
-            let list: Vec<String> = found
-                .iter()
-                .take(6)
-                .map(|c| format!("id {} (run {}, hash {})", c.id, c.run_id, c.hash))
-                .collect();
-            bail!(
-                "`{text}` is ambiguous: {n} candidates match: {}{}; give more hash digits, `id:N` for an id, or --run",
-                list.join(", "),
-                if n > 6 { ", ..." } else { "" }
-            )
-        }
-    }
-}
-
-/// One measured shape of a candidate, with the run's baseline.
-#[derive(Clone, Debug, Serialize)]
-pub struct ShapeRow {
-    pub shape: String,
-    pub median_us: Option<f64>,
-    pub p20_us: Option<f64>,
-    pub p80_us: Option<f64>,
-    pub tflops: Option<f64>,
-    pub baseline_us: Option<f64>,
-    /// Baseline time / this time.
-    pub speedup: Option<f64>,
-    pub max_abs_err: Option<f64>,
-    pub rel_l2: Option<f64>,
-}
-
-/// Resource usage read from the static gate's record (largest over specializations).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct ResourceSummary {
-    pub registers: Option<u64>,
-    /// Static + dynamic shared memory of the largest kernel.
-    pub smem_bytes: Option<u64>,
-    pub spill_bytes: Option<u64>,
-    /// Tensor-core instructions (HMMA, HGMMA, QGMMA, ...) in the SASS.
-    pub tensor_ops: Option<u64>,
-}
-
-impl ResourceSummary {
-    /// From `candidates.resources` as the GPU search writes it: a list per
-    /// specialization of `{kernels: [StaticKernel]}`. Anything else (a replayed run)
-    /// gives an empty summary.
-    pub fn from_json(resources: Option<&Json>) -> ResourceSummary {
-        let mut s = ResourceSummary::default();
-        let Some(specs) = resources.and_then(|r| r.as_array()) else {
-            return s;
-        };
-        let max = |slot: &mut Option<u64>, v: Option<u64>| {
-            if let Some(v) = v {
-                *slot = Some(slot.map_or(v, |o| o.max(v)));
-            }
-        };
-        for spec in specs {
-            let Some(kernels) = spec.get("kernels").and_then(|k| k.as_array()) else {
-                continue;
-            };
-            let mut tensor: Option<u64> = None;
-            for k in kernels {
-                let n = |f: &str| k.get(f).and_then(|v| v.as_u64());
-                max(&mut s.registers, n("registers"));
-                if let (Some(a), Some(b)) = (n("static_smem_bytes"), n("dynamic_smem_bytes")) {
-                    max(&mut s.smem_bytes, Some(a + b));
-                }
-                max(&mut s.spill_bytes, n("spill_bytes"));
-                if let Some(ops) = k.get("tensor_ops").and_then(|t| t.as_object()) {
-                    let sum: u64 = ops.values().filter_map(|v| v.as_u64()).sum();
-                    tensor = Some(tensor.unwrap_or(0) + sum);
-                }
-            }
-            max(&mut s.tensor_ops, tensor);
-        }
-        s
-    }
-}
-
-/// A candidate with everything the inspect commands print about it.
-#[derive(Clone, Debug, Serialize)]
-pub struct CandidateRow {
-    /// Position by fitness (1 = fittest), where ranked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rank: Option<usize>,
-    pub id: i64,
-    pub run_id: i64,
-    pub hash: String,
-    pub generation: u32,
-    pub origin: String,
-    pub parents: Vec<String>,
-    /// `pending` while no result is recorded.
-    pub status: String,
-    pub gate: Option<String>,
-    pub detail: Option<String>,
-    pub fitness: Option<f64>,
-    pub genome: String,
-    pub knobs: BTreeMap<String, String>,
-    pub shapes: Vec<ShapeRow>,
-    pub resources: ResourceSummary,
-    pub evaluated_at: Option<String>,
-    pub eval_ms: Option<f64>,
-}
-
-/// The run's baseline time per shape key.
-pub async fn baselines(store: &Store, run: &Run) -> Result<BTreeMap<String, f64>> {
-    Ok(store
-        .baselines(run.id)
-        .await?
-        .into_iter()
-        .map(|b| (b.shape, b.median_us))
-        .collect())
-}
-
-pub fn knobs(genome: &str) -> BTreeMap<String, String> {
-    Genome::parse(genome)
-        .map(|g| g.iter().map(|(k, v)| (k.clone(), v.to_string())).collect())
-        .unwrap_or_default()
-}
-
-pub async fn candidate_row(
-    store: &Store,
-    c: &Candidate,
-    baselines: &BTreeMap<String, f64>,
-) -> Result<CandidateRow> {
-    let shapes = store
-        .measurements(c.id)
-        .await?
-        .into_iter()
-        .map(|m| {
-            let baseline_us = baselines.get(&m.shape).copied();
-            ShapeRow {
-                speedup: match (baseline_us, m.median_us) {
-                    (Some(b), Some(t)) if t > 0.0 => Some(b / t),
-                    _ => None,
-                },
-                shape: m.shape,
-                median_us: m.median_us,
-                p20_us: m.p20_us,
-                p80_us: m.p80_us,
-                tflops: m.tflops,
-                baseline_us,
-                max_abs_err: m.max_abs_err,
-                rel_l2: m.rel_l2,
-            }
-        })
-        .collect();
-    Ok(CandidateRow {
-        rank: None,
-        id: c.id.0,
-        run_id: c.run_id.0,
-        hash: c.hash.clone(),
-        generation: c.generation,
-        origin: c.origin.name().into(),
-        parents: c.parents.clone(),
-        status: c
-            .status
-            .clone()
-            .unwrap_or_else(|| evo_store::PENDING.into()),
-        gate: c.gate.clone(),
-        detail: c.detail.clone(),
-        fitness: c.fitness,
-        genome: c.genome.clone(),
-        knobs: knobs(&c.genome),
-        shapes,
-        resources: ResourceSummary::from_json(c.resources.as_ref()),
-        evaluated_at: c.evaluated_at.clone(),
-        eval_ms: c.eval_ms,
-    })
-}
-
-/// Candidates with a fitness (evaluated and regressed: against a fast external
-/// baseline every early kernel regresses), fittest first, ties by id; ranked.
-pub async fn ranked(store: &Store, run: &Run, top: usize) -> Result<Vec<CandidateRow>> {
-    let mut cands: Vec<Candidate> = store
-        .candidates(run.id)
-        .await?
-        .into_iter()
-        .filter(|c| c.fitness.is_some_and(f64::is_finite))
-        .collect();
-    cands.sort_by(|a, b| {
-        b.fitness
-            .partial_cmp(&a.fitness)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.id.cmp(&b.id))
-    });
-    cands.truncate(top);
-    let base = baselines(store, run).await?;
-    let mut rows = Vec::new();
-    for (i, c) in cands.iter().enumerate() {
-        let mut row = candidate_row(store, c, &base).await?;
-        row.rank = Some(i + 1);
-        rows.push(row);
-    }
-    Ok(rows)
 }
 
 /// Short labels `s1`, `s2`, ... for the run's shapes (baseline shapes, else measured
@@ -520,69 +243,6 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<Exi
     })
 }
 
-// ---------------------------------------------------------------- sources
-
-/// The config, family, target, specializations and space of a stored run, loaded
-/// the way the search loaded them (the config text stored in the run; templates from
-/// `--templates`, the config's folder, or ./templates).
-pub fn load_run(templates: Option<&Path>, run: &Run) -> Result<Loaded> {
-    let path = run
-        .search_state
-        .as_ref()
-        .and_then(|s| s.get("config_path"))
-        .and_then(|p| p.as_str())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
-    let config = SearchConfig::parse(&path, &run.config_toml)
-        .with_context(|| format!("the config stored in run `{}`", run.name))?;
-    let root = setup::templates_root(templates, &config)?;
-    let family = Family::load(&root, &config.problem, &config.family)?;
-    let arch = run
-        .arch
-        .clone()
-        .filter(|a| a != "auto")
-        .unwrap_or_else(|| evo_core::target::DEFAULT_ARCH.to_string());
-    let target = Target::from_arch(&arch)?;
-    let specs = Specializations::new(family.problem, target.clone(), &config.shapes)
-        .map_err(|e| anyhow!("config of run `{}`: {e}", run.name))?;
-    let space = family.space(specs.contexts())?;
-    Ok(Loaded {
-        config,
-        family,
-        target: TargetChoice {
-            target,
-            reason: format!("the architecture run `{}` used", run.name),
-        },
-        specs,
-        space,
-    })
-}
-
-/// The canonical text of each specialization of a loaded run.
-pub fn spec_names(loaded: &Loaded) -> Vec<String> {
-    loaded
-        .specs
-        .specs
-        .iter()
-        .map(|s| Genome::from_vars(s.clone()).canonical())
-        .collect()
-}
-
-/// The specializations `--spec` selects (all without it).
-fn chosen_specs(loaded: &Loaded, spec: Option<&str>) -> Result<Vec<usize>> {
-    Ok(match spec {
-        Some(s) => vec![loaded.spec_index(Some(s))?],
-        None => (0..loaded.specs.specs.len()).collect(),
-    })
-}
-
-/// Renders a candidate's source for one specialization: deterministic from the
-/// family, the genome and the specialization.
-pub fn render(loaded: &Loaded, genome: &str, spec: usize) -> Result<String> {
-    let g = Genome::parse(genome)?;
-    Ok(loaded.family.render(&loaded.space, &g, spec)?)
-}
-
 // ---------------------------------------------------------------- evo show
 
 pub struct ShowOptions<'a> {
@@ -732,12 +392,15 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let loaded = load_run(o.templates, &run)?;
-    let names = spec_names(&loaded);
-    let chosen = chosen_specs(&loaded, o.spec)?;
+    let loaded = Context::of_run(&run, o.templates)?;
+    let names = loaded.spec_names();
+    let chosen: Vec<usize> = match o.spec {
+        Some(s) => vec![loaded.spec_index(Some(s))?],
+        None => (0..loaded.specs.specs.len()).collect(),
+    };
     let sources: Vec<(usize, String)> = chosen
         .iter()
-        .map(|&i| Ok((i, render(&loaded, &row.genome, i)?)))
+        .map(|&i| Ok((i, loaded.render(&row.genome, i)?)))
         .collect::<Result<_>>()?;
     let many = sources.len() > 1;
     if o.what == ShowWhat::Source {
@@ -757,12 +420,7 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let compiler = Compiler::new(
-        &loaded.target.target.arch,
-        &loaded.config.compile.options,
-        loaded.config.compile.max_registers,
-        Some(CompileCache::new(CompileCache::default_dir())),
-    )?;
+    let compiler = Compiler::for_config(&loaded.target.target.arch, &loaded.config.compile)?;
     let mut out_json = Vec::new();
     for (i, source) in &sources {
         let compiled = compiler.compile(&CompileRequest {
@@ -819,30 +477,6 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
 
 // ---------------------------------------------------------------- evo lineage
 
-/// One knob that differs between two genomes.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct KnobChange {
-    pub knob: String,
-    pub from: Option<String>,
-    pub to: Option<String>,
-}
-
-pub fn knob_changes(
-    from: &BTreeMap<String, String>,
-    to: &BTreeMap<String, String>,
-) -> Vec<KnobChange> {
-    let names: BTreeSet<&String> = from.keys().chain(to.keys()).collect();
-    names
-        .into_iter()
-        .filter(|k| from.get(*k) != to.get(*k))
-        .map(|k| KnobChange {
-            knob: k.clone(),
-            from: from.get(k).cloned(),
-            to: to.get(k).cloned(),
-        })
-        .collect()
-}
-
 fn change_text(changes: &[KnobChange]) -> String {
     if changes.is_empty() {
         return "no knob changed".into();
@@ -861,25 +495,6 @@ fn change_text(changes: &[KnobChange]) -> String {
         .join(", ")
 }
 
-/// One ancestor (or the candidate itself) in a lineage.
-#[derive(Clone, Debug, Serialize)]
-pub struct LineageStep {
-    pub id: i64,
-    pub hash: String,
-    pub generation: u32,
-    pub origin: String,
-    pub status: String,
-    pub fitness: Option<f64>,
-    pub genome: String,
-    /// Parent candidate ids (in the order of `parents`), where found in the run.
-    pub parent_ids: Vec<Option<i64>>,
-    /// The knobs that differ from the first parent.
-    pub changes: Vec<KnobChange>,
-    /// For crossovers: the knobs that differ from the second parent.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub changes_from_second: Vec<KnobChange>,
-}
-
 pub fn lineage(db: &str, id: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
     crate::setup::runtime()?.block_on(async {
         let store = open_existing(db).await?;
@@ -889,54 +504,7 @@ pub fn lineage(db: &str, id: &str, run: Option<&str>, json: bool) -> Result<Exit
         };
         let c = find_candidate(&store, id, scope.as_ref(), db).await?;
         let run = store.run_by_id(c.run_id).await?.expect("candidate's run");
-        // Every ancestor, once, oldest generation first.
-        let mut seen: BTreeMap<String, Candidate> = BTreeMap::new();
-        let mut todo = vec![c.clone()];
-        while let Some(x) = todo.pop() {
-            if seen.contains_key(&x.hash) {
-                continue;
-            }
-            for p in &x.parents {
-                if !seen.contains_key(p) {
-                    if let Some(pc) = store.candidate_by_hash(run.id, p).await? {
-                        todo.push(pc);
-                    }
-                }
-            }
-            seen.insert(x.hash.clone(), x);
-        }
-        let mut all: Vec<&Candidate> = seen.values().collect();
-        all.sort_by_key(|x| (x.generation, x.id));
-        let steps: Vec<LineageStep> = all
-            .iter()
-            .map(|x| {
-                let mine = knobs(&x.genome);
-                let parent = |i: usize| x.parents.get(i).and_then(|h| seen.get(h));
-                LineageStep {
-                    id: x.id.0,
-                    hash: x.hash.clone(),
-                    generation: x.generation,
-                    origin: x.origin.name().into(),
-                    status: x
-                        .status
-                        .clone()
-                        .unwrap_or_else(|| evo_store::PENDING.into()),
-                    fitness: x.fitness,
-                    genome: x.genome.clone(),
-                    parent_ids: x
-                        .parents
-                        .iter()
-                        .map(|h| seen.get(h).map(|p| p.id.0))
-                        .collect(),
-                    changes: parent(0)
-                        .map(|p| knob_changes(&knobs(&p.genome), &mine))
-                        .unwrap_or_default(),
-                    changes_from_second: parent(1)
-                        .map(|p| knob_changes(&knobs(&p.genome), &mine))
-                        .unwrap_or_default(),
-                }
-            })
-            .collect();
+        let steps = evo_run::inspect::lineage(&store, &run, &c).await?;
         if json {
             print_json(&serde_json::json!({"run": run.name, "candidate": c.id, "lineage": steps}))?;
             return Ok(ExitCode::SUCCESS);
@@ -1027,18 +595,18 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
     let changes = knob_changes(&ra.knobs, &rb.knobs);
 
     // Sources: rendered with each candidate's own run (the same family normally).
-    let la = load_run(o.templates, &run_a)?;
+    let la = Context::of_run(&run_a, o.templates)?;
     let lb = if run_b.id == run_a.id {
         None
     } else {
-        Some(load_run(o.templates, &run_b)?)
+        Some(Context::of_run(&run_b, o.templates)?)
     };
     let lb_ref = lb.as_ref().unwrap_or(&la);
     let spec_a = la.spec_index(o.spec)?;
     let spec_b = lb_ref.spec_index(o.spec)?;
-    let spec_name = spec_names(&la)[spec_a].clone();
-    let src_a = render(&la, &ra.genome, spec_a)?;
-    let src_b = render(lb_ref, &rb.genome, spec_b)?;
+    let spec_name = la.spec_names()[spec_a].clone();
+    let src_a = la.render(&ra.genome, spec_a)?;
+    let src_b = lb_ref.render(&rb.genome, spec_b)?;
     let unified = similar::TextDiff::from_lines(&src_a, &src_b)
         .unified_diff()
         .context_radius(3)
@@ -1131,160 +699,6 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
 
 // ---------------------------------------------------------------- evo stats
 
-/// Candidates that stopped with one status, and the most common reasons.
-#[derive(Clone, Debug, Serialize)]
-pub struct StatusCount {
-    pub status: String,
-    pub gate: Option<String>,
-    pub count: u64,
-    /// First line of the detail (up to 160 characters) → how many.
-    pub reasons: Vec<(String, u64)>,
-}
-
-/// How many candidates reached each stage of the gates.
-#[derive(Clone, Debug, Serialize)]
-pub struct FunnelStage {
-    pub stage: String,
-    pub reached: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct RunStats {
-    pub run: String,
-    pub evaluator: String,
-    pub candidates: u64,
-    pub pending: u64,
-    pub by_status: Vec<StatusCount>,
-    pub funnel: Vec<FunnelStage>,
-    pub generations: u64,
-    pub best_fitness: Option<f64>,
-    /// From the first candidate's creation to the last result, hours.
-    pub wall_hours: Option<f64>,
-    pub evaluations_per_hour: Option<f64>,
-    /// Of the last `evo search` invocation, as the search recorded it.
-    pub last_invocation_evaluations_per_hour: Option<f64>,
-    /// Of the last invocation: GPU worker time / (wall time × GPUs); 0 for a replay.
-    pub gpu_busy_fraction: Option<f64>,
-    /// Sum of the evaluations' own wall times, hours.
-    pub evaluation_hours: f64,
-}
-
-/// Order of the gates, and the statuses that stop a candidate at each.
-pub const FUNNEL: [(&str, &[&str]); 6] = [
-    ("proposed", &[]),
-    ("rendered", &["render_failed"]),
-    ("compiled", &["compile_failed"]),
-    ("passed static", &["rejected_static"]),
-    (
-        "correct and timed",
-        &["launch_failed", "crashed", "timed_out", "incorrect"],
-    ),
-    ("not regressed", &["regressed"]),
-];
-
-fn parse_time(t: &str) -> Option<time::OffsetDateTime> {
-    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-}
-
-/// Seconds from `a` to `b` (RFC 3339 texts).
-pub fn seconds_between(a: &str, b: &str) -> Option<f64> {
-    Some((parse_time(b)? - parse_time(a)?).as_seconds_f64())
-}
-
-pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
-    let cands = store.candidates(run.id).await?;
-    let mut groups: BTreeMap<(String, Option<String>), BTreeMap<String, u64>> = BTreeMap::new();
-    let mut pending = 0u64;
-    for c in &cands {
-        let Some(status) = c.status.clone() else {
-            pending += 1;
-            continue;
-        };
-        let reason: String = c
-            .detail
-            .as_deref()
-            .unwrap_or("")
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(160)
-            .collect();
-        *groups
-            .entry((status, c.gate.clone()))
-            .or_default()
-            .entry(reason)
-            .or_default() += 1;
-    }
-    let mut by_status: Vec<StatusCount> = groups
-        .into_iter()
-        .map(|((status, gate), reasons)| {
-            let mut reasons: Vec<(String, u64)> = reasons.into_iter().collect();
-            reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            StatusCount {
-                count: reasons.iter().map(|r| r.1).sum(),
-                status,
-                gate,
-                reasons,
-            }
-        })
-        .collect();
-    let order = |s: &str| {
-        evo_store::STATUS_NAMES
-            .iter()
-            .position(|n| *n == s)
-            .unwrap_or(usize::MAX)
-    };
-    by_status.sort_by_key(|s| (order(&s.status), s.gate.clone()));
-    let done: u64 = by_status.iter().map(|s| s.count).sum();
-    let count_of = |names: &[&str]| -> u64 {
-        by_status
-            .iter()
-            .filter(|s| names.contains(&s.status.as_str()))
-            .map(|s| s.count)
-            .sum()
-    };
-    let mut reached = done;
-    let funnel = FUNNEL
-        .iter()
-        .map(|(stage, stopped)| {
-            reached -= count_of(stopped);
-            FunnelStage {
-                stage: stage.to_string(),
-                reached,
-            }
-        })
-        .collect();
-    let generations = store.generations(run.id).await?;
-    let first = cands.iter().map(|c| c.created_at.as_str()).min();
-    let last = cands.iter().filter_map(|c| c.evaluated_at.as_deref()).max();
-    let wall_hours = match (first, last) {
-        (Some(a), Some(b)) => seconds_between(a, b).map(|s| s / 3600.0),
-        _ => None,
-    };
-    let state = generations.last().map(|g| &g.state);
-    let state_f = |k: &str| state.and_then(|s| s.get(k)).and_then(|v| v.as_f64());
-    Ok(RunStats {
-        run: run.name.clone(),
-        evaluator: run.evaluator.clone(),
-        candidates: cands.len() as u64,
-        pending,
-        funnel,
-        generations: generations.len() as u64,
-        best_fitness: cands
-            .iter()
-            .filter(|c| c.status.as_deref() == Some(evo_store::EVALUATED))
-            .filter_map(|c| c.fitness)
-            .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.max(f)))),
-        evaluations_per_hour: wall_hours.filter(|h| *h > 0.0).map(|h| done as f64 / h),
-        wall_hours,
-        last_invocation_evaluations_per_hour: state_f("evaluations_per_hour"),
-        gpu_busy_fraction: state_f("gpu_busy_fraction"),
-        evaluation_hours: cands.iter().filter_map(|c| c.eval_ms).sum::<f64>() / 3.6e6,
-        by_status,
-    })
-}
-
 pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
     crate::setup::runtime()?.block_on(async {
         let store = open_existing(db).await?;
@@ -1312,8 +726,8 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
                 why.push(format!("... {} more distinct reasons", g.reasons.len() - 3));
             }
             t.add_row(vec![
-                g.status.clone(),
-                g.gate.clone().unwrap_or_else(|| "-".into()),
+                g.status.to_string(),
+                g.gate.map_or_else(|| "-".into(), |g| g.to_string()),
                 g.count.to_string(),
                 format!("{:.1}%", 100.0 * g.count as f64 / done),
                 why.join("\n"),
@@ -1354,32 +768,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resources_take_the_largest_over_specializations() {
-        // The shape the GPU search stores (evo-cli/src/search/backend.rs).
-        let r = serde_json::json!([
-            {"specialization": "HEAD_DIM=64", "kernels": [{"name": "sdpa_fwd", "registers": 96,
-              "static_smem_bytes": 0, "dynamic_smem_bytes": 40960, "threads": 128,
-              "spill_bytes": 0, "stack_frame_bytes": 0, "blocks_per_sm": 2,
-              "tensor_ops": {"HMMA": 64}}]},
-            {"specialization": "HEAD_DIM=128", "kernels": [{"name": "sdpa_fwd", "registers": 168,
-              "static_smem_bytes": 16, "dynamic_smem_bytes": 73728, "threads": 128,
-              "spill_bytes": 8, "stack_frame_bytes": 8, "blocks_per_sm": 1,
-              "tensor_ops": {"HMMA": 128, "HGMMA": 2}}]}
-        ]);
-        let s = ResourceSummary::from_json(Some(&r));
-        assert_eq!(s.registers, Some(168));
-        assert_eq!(s.smem_bytes, Some(73744));
-        assert_eq!(s.spill_bytes, Some(8));
-        assert_eq!(s.tensor_ops, Some(130));
-        let replayed = serde_json::json!({"replayed": true});
-        assert_eq!(
-            ResourceSummary::from_json(Some(&replayed)),
-            ResourceSummary::default()
-        );
-        assert_eq!(ResourceSummary::from_json(None), ResourceSummary::default());
-    }
-
-    #[test]
     fn compact_shapes_drop_shared_parts() {
         let keys = ["B=1,D=64,S=512", "B=2,D=64,S=512", "B=2,D=64,S=2048"];
         assert_eq!(
@@ -1387,17 +775,5 @@ mod tests {
             ["B=1,S=512", "B=2,S=512", "B=2,S=2048"]
         );
         assert_eq!(compact_shapes(&["B=1,D=64"]), ["B=1,D=64"]);
-    }
-
-    #[test]
-    fn knob_changes_list_only_differences() {
-        let a = knobs("A=1,B=x,C=true");
-        let b = knobs("A=2,B=x,C=false");
-        let c = knob_changes(&a, &b);
-        assert_eq!(c.len(), 2);
-        assert_eq!(c[0].knob, "A");
-        assert_eq!(c[0].from.as_deref(), Some("1"));
-        assert_eq!(c[0].to.as_deref(), Some("2"));
-        assert!(knob_changes(&a, &a).is_empty());
     }
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use evo_eval::landscape::{Landscape, Point, ShapePoint, FORMAT};
+use evo_core::{ShapeMeasurement, Status};
+use evo_eval::landscape::{Landscape, Point, FORMAT};
 use evo_store::Store;
 
 pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
@@ -27,27 +28,24 @@ pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
             points: Default::default(),
         };
         for c in store.candidates(r.id).await? {
-            let Some(status) = c.status.clone() else {
+            let Some(status) = c.status else {
                 continue;
             };
+            // The records as stored, without the timing samples (they would make the
+            // file many times larger and the replay does not read them).
             let shapes = store
                 .measurements(c.id)
                 .await?
                 .into_iter()
-                .map(|m| ShapePoint {
-                    shape: m.shape,
-                    median_us: m.median_us,
-                    p20_us: m.p20_us,
-                    p80_us: m.p80_us,
-                    tflops: m.tflops,
-                    max_abs_err: m.max_abs_err,
-                    rel_l2: m.rel_l2,
+                .map(|m| ShapeMeasurement {
+                    samples: Vec::new(),
+                    ..m.measured
                 })
                 .collect();
             // A regressed genome was evaluated; whether it regresses depends on the
             // baseline of the run that replays it.
-            let status = if status == "regressed" {
-                "evaluated".to_string()
+            let status = if status == Status::Regressed {
+                Status::Evaluated
             } else {
                 status
             };
@@ -55,7 +53,7 @@ pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
                 c.genome.clone(),
                 Point {
                     status,
-                    gate: c.gate.clone(),
+                    gate: c.gate,
                     detail: c.detail.clone().unwrap_or_default(),
                     shapes,
                     eval_ms: c.eval_ms,
@@ -110,14 +108,16 @@ pub fn quality(
         valid += 1;
         let point = recorded.get(&genome.canonical());
         recorded_valid += point.is_some() as usize;
-        let fitness = point.filter(|p| p.status == "evaluated").and_then(|p| {
-            let times: Vec<f64> = p.shapes.iter().filter_map(|s| s.median_us).collect();
-            // Every shape of the config timed (edge shapes are checked, not timed).
-            (times.len() == timed_shapes).then(|| {
-                let log_mean = times.iter().map(|t| t.ln()).sum::<f64>() / times.len() as f64;
-                (-log_mean).exp()
-            })
-        });
+        let fitness = point
+            .filter(|p| p.status == Status::Evaluated)
+            .and_then(|p| {
+                let times: Vec<f64> = p.shapes.iter().filter_map(|s| s.median_us).collect();
+                // Every shape of the config timed (edge shapes are checked, not timed).
+                (times.len() == timed_shapes).then(|| {
+                    let log_mean = times.iter().map(|t| t.ln()).sum::<f64>() / times.len() as f64;
+                    (-log_mean).exp()
+                })
+            });
         correct += fitness.is_some() as usize;
         landscape.insert(&genome, fitness);
     }
@@ -139,8 +139,13 @@ pub fn quality(
     for kind in [StrategyKind::Evolution, StrategyKind::Random] {
         let mut needed: Vec<usize> = Vec::new();
         for seed in 0..seeds {
-            let strategy =
-                evo_search::build(kind, crate::search::params(&loaded.config, Some(seed)));
+            let strategy = evo_search::build(
+                kind,
+                evo_search::SearchParams {
+                    seed,
+                    ..loaded.config.search.params.clone()
+                },
+            );
             let trace = simulate_until(
                 strategy.as_ref(),
                 &loaded.space,

@@ -9,10 +9,13 @@ mod landscape;
 mod profile;
 mod render;
 mod report;
+mod search;
 mod selftest;
 mod space;
 
 use std::process::ExitCode;
+
+use evo_run::{Budget, RunRequest, RunTarget};
 
 use crate::cli::{Cli, Command};
 
@@ -72,23 +75,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             evaluator,
             gpus,
             no_progress,
-        } => crate::search::run(crate::search::Options {
-            config: config.clone(),
-            run: run.clone(),
-            resume: resume.clone(),
-            join: None,
-            lease: *lease,
-            allow_mixed_gpus: *allow_mixed_gpus,
-            db: db.clone(),
-            budget: *budget,
-            patience: *patience,
-            seed: *seed,
-            strategy: strategy.clone(),
-            evaluator: evaluator.clone(),
-            gpus: gpus.gpus.clone(),
-            templates: cli.templates.clone(),
-            progress: !no_progress,
-        }),
+        } => {
+            let target = match (resume, config) {
+                (Some(name), config) => RunTarget::Resume {
+                    name: name.clone(),
+                    config: config.clone(),
+                },
+                (None, Some(config)) => RunTarget::New {
+                    config: config.clone(),
+                    name: run.clone(),
+                },
+                (None, None) => anyhow::bail!("give a config with -c (or --resume RUN)"),
+            };
+            let request = RunRequest {
+                target,
+                db: db.clone(),
+                lease: *lease,
+                allow_mixed_gpus: *allow_mixed_gpus,
+                max_generations: budget.and_then(Budget::generations),
+                patience: *patience,
+                seed: *seed,
+                strategy: strategy.clone(),
+                evaluator: evaluator.clone(),
+                gpus: gpus.gpus.clone(),
+                templates: cli.templates.clone(),
+            };
+            search::run(request, *budget, !no_progress)
+        }
         Command::Join {
             run,
             db,
@@ -96,23 +109,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             evaluator,
             gpus,
             no_progress,
-        } => crate::search::run(crate::search::Options {
-            config: None,
-            run: None,
-            resume: None,
-            join: Some(run.clone()),
-            lease: None,
-            allow_mixed_gpus: false,
-            db: db.clone(),
-            budget: *budget,
-            patience: None,
-            seed: None,
-            strategy: None,
-            evaluator: evaluator.clone(),
-            gpus: gpus.gpus.clone(),
-            templates: cli.templates.clone(),
-            progress: !no_progress,
-        }),
+        } => {
+            let request = RunRequest {
+                target: RunTarget::Join { name: run.clone() },
+                db: db.clone(),
+                lease: None,
+                allow_mixed_gpus: false,
+                max_generations: budget.and_then(Budget::generations),
+                patience: None,
+                seed: None,
+                strategy: None,
+                evaluator: evaluator.clone(),
+                gpus: gpus.gpus.clone(),
+                templates: cli.templates.clone(),
+            };
+            search::run(request, *budget, !no_progress)
+        }
         Command::Runs { db } => inspect::runs(&db.db, cli.json),
         Command::Elites { run, top, db } => inspect::elites(&db.db, run.as_deref(), *top, cli.json),
         Command::Show {
@@ -168,7 +180,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => landscape::quality(templates, target, file, *seeds, *within, cli.json),
         Command::Baseline {
             action: crate::cli::BaselineAction::Import { file, run, db },
-        } => crate::search::import_baseline(file, run, db),
+        } => search::import_baseline(file, run, db),
         Command::Eval {
             target,
             genome,

@@ -81,7 +81,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         }
         (None, Some(cfg), Some(genome)) => {
             let config = SearchConfig::load(cfg)?;
-            let root = setup::templates_root(templates, &config)?;
+            let root = evo_run::templates_root(templates, &config)?;
             let family = Family::load(&root, &config.problem, &config.family)?;
             let problem = family.problem;
             let shape = match o.shape {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::cli::{GenomeArgs, TargetArgs};
-use crate::setup;
+use crate::setup::{self, Picking};
 
 pub fn run(
     templates: Option<&Path>,

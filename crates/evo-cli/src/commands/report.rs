@@ -18,7 +18,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value as Json;
 
-use super::inspect::{self, CandidateRow, RunStats};
+use evo_run::inspect::{self as query, CandidateRow, RunStats};
+
+use super::inspect;
 
 /// Colour of the points in every scatter chart.
 pub const POINT: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
@@ -52,11 +54,11 @@ struct ResultPoint {
 pub fn run(db: &str, run: Option<&str>, out: &Path, top: usize, json: bool) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     let (run, stats, elites, base, points, insights) = rt.block_on(async {
-        let store = inspect::open_existing(db).await?;
-        let run = inspect::find_run(&store, run, db).await?;
-        let stats = inspect::run_stats(&store, &run).await?;
-        let elites = inspect::ranked(&store, &run, top.max(SHAPE_CHART_ELITES)).await?;
-        let base = inspect::baselines(&store, &run).await?;
+        let store = query::open_existing(db).await?;
+        let run = query::find_run(&store, run, db).await?;
+        let stats = query::run_stats(&store, &run).await?;
+        let elites = query::ranked(&store, &run, top.max(SHAPE_CHART_ELITES)).await?;
+        let base = query::baselines(&store, &run).await?;
         let mut cands: Vec<evo_store::Candidate> = store
             .candidates(run.id)
             .await?
@@ -78,11 +80,11 @@ pub fn run(db: &str, run: Option<&str>, out: &Path, top: usize, json: bool) -> R
             points.push(ResultPoint {
                 order: i + 1,
                 seconds: match (&start, &c.evaluated_at) {
-                    (Some(a), Some(b)) => inspect::seconds_between(a, b).unwrap_or(0.0),
+                    (Some(a), Some(b)) => query::seconds_between(a, b).unwrap_or(0.0),
                     _ => 0.0,
                 },
                 fitness: c.fitness.filter(|f| f.is_finite()),
-                knobs: inspect::knobs(&c.genome),
+                knobs: query::knobs(&c.genome),
                 geomean_us: complete.then(|| {
                     (times.iter().map(|t| t.ln()).sum::<f64>() / times.len() as f64).exp()
                 }),
@@ -151,6 +153,21 @@ fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 }
 
 const FONT: &str = "sans-serif";
+
+/// The series legend every chart draws, at `position`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(plot_err)
+}
 
 /// A message in place of a chart without data.
 fn empty_chart(size: (u32, u32), title: &str, message: &str) -> Result<String> {
@@ -256,15 +273,7 @@ fn fitness_chart(
                     PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4).stroke_width(1))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_err)?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -496,15 +505,7 @@ fn shapes_chart(elites: &[CandidateRow], labels: &[(String, String)]) -> Result<
             .map_err(plot_err)?
             .label("baseline = 1")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_err)?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
@@ -575,7 +576,7 @@ fn elite_table(rows: &[CandidateRow], labels: &[(String, String)]) -> String {
     }
     let with_resources = rows
         .iter()
-        .any(|r| r.resources != inspect::ResourceSummary::default());
+        .any(|r| r.resources != query::ResourceSummary::default());
     h.push_str("<div class=\"wide\"><table id=\"elites\" class=\"elites\"><thead><tr><th>rank</th><th>id</th><th>hash</th><th>gen</th><th>fitness</th><th>status</th>");
     for k in &varying {
         let _ = write!(h, "<th>{}</th>", esc(k));
@@ -794,8 +795,8 @@ fn render_html(
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
-            esc(&s.status),
-            esc(s.gate.as_deref().unwrap_or("-")),
+            esc(s.status.name()),
+            esc(s.gate.map_or("-", |g| g.name())),
             s.count,
             esc(s.reasons.first().map_or("", |r| r.0.as_str()))
         );
@@ -835,7 +836,7 @@ fn render_html(
     h.push_str(&elite_table(&shown, &labels));
     if shown
         .iter()
-        .all(|r| r.resources == inspect::ResourceSummary::default())
+        .all(|r| r.resources == query::ResourceSummary::default())
     {
         h.push_str("<p><small>No resource record (e.g. a replayed run), so no register, shared-memory, spill and tensor-core columns: <code>evo show ID --log</code> compiles a candidate and prints its ptxas report.</small></p>");
     }

@@ -14,7 +14,6 @@ use anyhow::Result;
 use evo_core::config::{CorrectnessConfig, StaticConfig, TimeoutConfig};
 use evo_core::{LaunchDims, Target, Value, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::protocol::TimingPlan;
 use evo_eval::timing;
 use evo_eval::worker::measure;
@@ -326,17 +325,15 @@ fn isolation(
         .map(|(k, v)| (k.to_string(), Value::Int(v)))
         .chain([("DTYPE".to_string(), Value::Str("f16".into()))])
         .collect();
-    let evaluator = Evaluator {
+    let evaluator = Evaluator::on_gpus(
         problem,
         compiler,
-        pool: Pool::new(
-            vec![(gpu_index, WorkerCommand::evo_worker(gpu_index)?)],
-            TimeoutConfig {
-                job_base_s: 15.0,
-                ..TimeoutConfig::default()
-            },
-        ),
-        gates: GateSettings {
+        &[gpu_index],
+        TimeoutConfig {
+            job_base_s: 15.0,
+            ..TimeoutConfig::default()
+        },
+        GateSettings {
             target,
             static_rules: StaticConfig::default(),
             correctness: CorrectnessConfig {
@@ -345,7 +342,7 @@ fn isolation(
             },
             timing: None,
         },
-    };
+    )?;
     let cases = [
         ("faulting kernel", PLANTED_CRASH, Status::Crashed),
         ("kernel that never returns", PLANTED_HANG, Status::TimedOut),

@@ -18,7 +18,7 @@ struct SpaceReport<'a> {
     family: &'a str,
     problem: &'a str,
     family_file: String,
-    target: &'a setup::TargetChoice,
+    target: &'a evo_run::TargetChoice,
     specializations: Vec<String>,
     knobs: &'a [evo_core::Knob],
     derived: Vec<(&'a str, &'a str)>,

@@ -17,15 +17,17 @@ pub mod manifest;
 pub mod verify;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
-use evo_core::{Genome, Space, Target, Value, Vars};
+use evo_core::Status;
+use evo_core::{Genome, Target, Value, Vars};
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
-use evo_kernels::{Family, Problem, Specializations};
-use evo_store::{Candidate, CandidateId, Run, Store, FITNESS_STATUSES};
+use evo_kernels::Problem;
+use evo_run::Context as Loaded;
+use evo_store::{Candidate, CandidateId, Run, Store};
 
 use manifest::{
     Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, ShapeRecord, Source, Variant, MANIFEST,
@@ -89,16 +91,16 @@ async fn resolve(store: &Store, what: &str, db: &str) -> Result<(Run, Option<Can
 
 /// Why a candidate cannot be exported, or `None` when it can.
 fn unexportable(c: &Candidate) -> Option<String> {
-    match c.status.as_deref() {
+    match c.status {
         None => Some(format!(
             "candidate {} has not been evaluated yet (pending); resume the search or pick an evaluated one (`evo elites`)",
             c.id
         )),
-        Some(s) if FITNESS_STATUSES.contains(&s) => None,
+        Some(s) if s.has_fitness() => None,
         Some(s) => Some(format!(
             "candidate {} is `{s}`{}{}: only candidates that passed every gate (evaluated, or regressed: correct but slower than the baseline) can be exported",
             c.id,
-            c.gate.as_deref().map(|g| format!(" at the {g} gate")).unwrap_or_default(),
+            c.gate.map(|g| format!(" at the {g} gate")).unwrap_or_default(),
             c.detail
                 .as_deref()
                 .filter(|d| !d.is_empty())
@@ -109,29 +111,14 @@ fn unexportable(c: &Candidate) -> Option<String> {
 }
 
 /// The run's config, family, target, specializations and space, as the search had them.
-struct Loaded {
-    config: SearchConfig,
-    family: Family,
-    target: Target,
-    specs: Specializations,
-    space: Space,
-}
-
 fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
-    let config_path = run
-        .search_state
-        .as_ref()
-        .and_then(|s| s.get("config_path"))
-        .and_then(|p| p.as_str())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("{}.toml", run.name)));
-    let arch = run.arch.clone().ok_or_else(|| {
-        anyhow!(
+    if run.arch.is_none() {
+        bail!(
             "run `{}` recorded no architecture; cannot recompile it",
             run.name
-        )
-    })?;
-    load_config(&run.name, &config_path, &run.config_toml, &arch, templates)
+        );
+    }
+    Ok(Loaded::of_run(run, templates)?)
 }
 
 /// A run's config (its stored text), with its family from `templates` (or where the
@@ -145,19 +132,11 @@ fn load_config(
 ) -> Result<Loaded> {
     let config = SearchConfig::parse(config_path, config_toml)
         .with_context(|| format!("the config stored with run `{run}`"))?;
-    let root = crate::setup::templates_root(templates, &config)?;
-    let family = Family::load(&root, &config.problem, &config.family)?;
-    let target = Target::from_arch(arch)?;
-    let specs = Specializations::new(family.problem, target.clone(), &config.shapes)
-        .map_err(|e| anyhow!("the config of run `{run}`: {e}"))?;
-    let space = family.space(specs.contexts())?;
-    Ok(Loaded {
-        config,
-        family,
-        target,
-        specs,
-        space,
-    })
+    let target = evo_run::TargetChoice {
+        target: Target::from_arch(arch)?,
+        reason: format!("the architecture run `{run}` used"),
+    };
+    Ok(Loaded::load(config, templates, target)?)
 }
 
 /// A short name for a specialization, e.g. `f16_hd64` or `bf16_hd128_causal`: string
@@ -293,7 +272,7 @@ fn build_variant(
     let vars = l.space.vars(&genome, spec_index)?;
     let probe = measurements
         .iter()
-        .map(|m| &m.shape_vars)
+        .map(|m| &m.measured.shape)
         .find(|s| spec_of(problem, s) == *spec)
         .ok_or_else(|| {
             anyhow!(
@@ -308,15 +287,15 @@ fn build_variant(
         .map_err(|e| anyhow!("family {}: {e}", l.family.name))?;
     let mut shapes = Vec::new();
     for m in measurements {
-        if spec_of(problem, &m.shape_vars) != *spec {
+        if spec_of(problem, &m.measured.shape) != *spec {
             continue;
         }
         let dims = l
             .family
-            .launch_dims(&vars, &m.shape_vars)
+            .launch_dims(&vars, &m.measured.shape)
             .with_context(|| format!("launch rule on {}", m.shape))?;
         shapes.push(ShapeRecord {
-            shape: m.shape_vars.clone(),
+            shape: m.measured.shape.clone(),
             timed: m.median_us.is_some(),
             launches: dims.into_iter().map(|(_, d)| d).collect(),
             median_us: m.median_us,
@@ -345,7 +324,10 @@ fn build_variant(
         candidate_id: candidate.id.0,
         genome: genome.canonical(),
         genome_hash: genome.hash().0,
-        status: candidate.status.clone().unwrap_or_default(),
+        status: candidate
+            .status
+            .map(|s| s.name().to_string())
+            .unwrap_or_default(),
         fitness: candidate.fitness,
         specialization: spec.clone(),
         launches: texts.launches,
@@ -587,7 +569,7 @@ fn choose_best(input: &Input, picked: bool) -> Choice {
         // Evaluated beats regressed; then the highest fitness, then the oldest.
         let rank = |c: &Candidate| {
             (
-                c.status.as_deref() == Some("evaluated"),
+                c.status == Some(Status::Evaluated),
                 c.fitness.unwrap_or(f64::MIN),
             )
         };
@@ -600,7 +582,7 @@ fn choose_best(input: &Input, picked: bool) -> Choice {
     };
     let mut notes = Vec::new();
     let c = &timed[best].0;
-    if c.status.as_deref() == Some("regressed") {
+    if c.status == Some(Status::Regressed) {
         notes.push(format!(
             "candidate {} is the fittest, but `regressed`: correct, and slower than the run's baseline on some shapes (fitness {:.3})",
             c.id,
@@ -739,7 +721,7 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
             );
         }
         let compiler = Compiler::new(
-            &loaded.target.arch,
+            &loaded.target.target.arch,
             &loaded.config.compile.options,
             loaded.config.compile.max_registers,
             Some(CompileCache::new(CompileCache::default_dir())),

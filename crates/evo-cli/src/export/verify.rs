@@ -20,7 +20,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
-use evo_eval::pool::{Pool, WorkerCommand};
 use evo_eval::Status;
 use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
 use evo_kernels::{resolve_launch_args, resolve_scratch};
@@ -457,17 +456,14 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
         };
         Ok((compiler, gates))
     };
-    let workers = gpus
-        .iter()
-        .map(|g| Ok((*g, WorkerCommand::evo_worker(*g)?)))
-        .collect::<std::io::Result<Vec<_>>>()?;
     let (compiler, gates) = settings(&m.variants[0].run)?;
-    let mut evaluator = Evaluator {
+    let mut evaluator = Evaluator::on_gpus(
         problem,
         compiler,
-        pool: Pool::new(workers, loaded[&m.variants[0].run].config.timeouts.clone()),
+        &gpus,
+        loaded[&m.variants[0].run].config.timeouts.clone(),
         gates,
-    };
+    )?;
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use evo_core::{Gate, Status};
 use evo_core::{Genome, Value, Vars};
 use evo_store::{CandidateResult, NewCandidate, NewMeasurement, NewRun, Origin, Store};
 
@@ -147,8 +148,8 @@ pub fn measurement(seq: i64, median_us: f64) -> NewMeasurement {
 
 pub fn evaluated(fitness: f64) -> CandidateResult {
     CandidateResult {
-        status: "evaluated".into(),
-        gate: Some("timing".into()),
+        status: Status::Evaluated,
+        gate: Some(Gate::Timing),
         detail: None,
         resources: Some(serde_json::json!({"registers": 128, "smem_bytes": 49152, "spills": 0})),
         fitness: Some(fitness),
@@ -159,9 +160,8 @@ pub fn evaluated(fitness: f64) -> CandidateResult {
 
 pub fn failed(status: &str, gate: &str) -> CandidateResult {
     CandidateResult {
-        status: status.into(),
-        gate: Some(gate.into()),
+        gate: Some(gate.parse().expect("a gate name")),
         detail: Some(format!("{gate} failed")),
-        ..Default::default()
+        ..CandidateResult::new(status.parse().expect("a status name"))
     }
 }

@@ -1,0 +1,169 @@
+//! `evo search`, `evo join` and `evo baseline import`: flags to an [`evo_run::Run`], and
+//! what a run prints — a spinner with this host's counters, a line per generation, and
+//! the summary. Ctrl-C is handled here, once: the first asks the run to stop and save,
+//! the second aborts.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use evo_run::{Budget, HostOptions, Run, RunRequest, Stop, WorkReport};
+use evo_store::Store;
+
+/// The spinner: counters as its message, generation lines above it, notes on stderr.
+struct Bar(indicatif::ProgressBar);
+
+impl evo_run::Progress for Bar {
+    fn note(&self, line: &str) {
+        self.0.suspend(|| eprintln!("{line}"));
+    }
+
+    fn evaluated(&self, u: &evo_run::Evaluated<'_>) {
+        let failures: Vec<String> = u
+            .by_status
+            .iter()
+            .filter(|(s, _)| **s != "evaluated")
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        self.0.set_message(format!(
+            "gen {} | {} evaluated here | {} | {:.0}/h",
+            u.generation,
+            u.evaluated,
+            if failures.is_empty() {
+                "no failures".to_string()
+            } else {
+                failures.join(", ")
+            },
+            u.per_hour
+        ));
+    }
+
+    fn generation(&self, generation: u32, evaluated: u64, best_fitness: Option<f64>) {
+        self.0.println(format!(
+            "generation {generation}: {evaluated} genomes evaluated in the run, best fitness {}",
+            best_fitness.map_or("-".into(), |f| format!("{f:.4}x"))
+        ));
+    }
+}
+
+/// The first Ctrl-C stops the run (evaluations on a GPU finish and are saved); the
+/// second exits at once.
+fn on_ctrl_c(stop: Stop) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nCtrl-C: finishing the evaluations in flight, then saving (Ctrl-C again to abort)");
+            stop.request();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+/// Opens the run of `request` and works on it until it ends, `budget` is spent or
+/// Ctrl-C; prints the summary. `progress`: draw the spinner (on a terminal).
+pub fn run(request: RunRequest, budget: Option<Budget>, progress: bool) -> Result<ExitCode> {
+    let rt = crate::setup::runtime()?;
+    rt.block_on(async {
+        let db = request.db.clone();
+        let store = Store::open(&db)
+            .await
+            .with_context(|| format!("opening the population database {db}"))?;
+        let bar = Bar(indicatif::ProgressBar::new_spinner());
+        if !progress {
+            bar.0
+                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let run = Run::open(store, request, &bar).await?;
+        crate::set_run_log(&run.log_path());
+        let stop = Stop::default();
+        on_ctrl_c(stop.clone());
+        bar.0.enable_steady_tick(Duration::from_millis(250));
+        let report = run.work(HostOptions { budget, stop }, &bar).await?;
+        bar.0.finish_and_clear();
+        print_summary(&report, &db);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn print_summary(r: &WorkReport, db: &str) {
+    println!("run {}: {}", r.run, r.reason);
+    println!(
+        "  {} evaluations here in {:.1} min ({:.0}/hour){}",
+        r.evaluated,
+        r.wall_s / 60.0,
+        r.evaluated as f64 / (r.wall_s / 3600.0).max(1e-9),
+        if r.gpus == 0 {
+            String::new()
+        } else {
+            format!(
+                ", GPU busy {:.0}%",
+                100.0 * r.gpu_ms / (r.wall_s * 1e3 * r.gpus as f64)
+            )
+        }
+    );
+    if !r.gpu_busy.is_empty() {
+        println!(
+            "  per GPU busy: {}",
+            r.gpu_busy
+                .iter()
+                .map(|(g, f)| format!("gpu{g} {:.0}%", 100.0 * f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    println!(
+        "  database: {:.2} ms per evaluation ({:.1} s in all; {} generation(s) advanced here{})",
+        r.db_ms / (r.evaluated.max(1) as f64),
+        r.db_ms / 1e3,
+        r.advanced,
+        if r.lost_leases > 0 {
+            format!(", {} result(s) refused: lease lost", r.lost_leases)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  statuses: {}",
+        r.statuses
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some((fitness, genome, hash)) = &r.best {
+        println!("  best: {fitness:.4}x the baseline's speed (geometric mean over shapes), {genome} [{hash}]");
+    }
+    if r.interrupted {
+        println!(
+            "  resume with: evo search --resume {} --db {}",
+            r.run,
+            evo_store::redact_url(db)
+        );
+    }
+}
+
+/// `evo baseline import FILE --run RUN`: the run's new baseline, every timed candidate
+/// rescored (see [`evo_run::baseline::rescore`]).
+pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<ExitCode> {
+    crate::setup::runtime()?.block_on(async {
+        let store = Store::open(db)
+            .await
+            .with_context(|| format!("opening {db}"))?;
+        let r = evo_run::baseline::rescore(&store, run, file, db).await?;
+        for (key, t) in &r.times {
+            println!("baseline {t:10.2} us  {key}");
+        }
+        println!(
+            "run {}: baseline from {}; {} candidates rescored ({} regressed){}",
+            r.run,
+            r.source,
+            r.rescored,
+            r.regressed,
+            r.best
+                .map_or(String::new(), |b| format!("; best fitness {b:.4}"))
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}

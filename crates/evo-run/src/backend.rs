@@ -1,0 +1,371 @@
+//! Where a run gets its results: the gates on this host's GPUs (render, then compiles
+//! running ahead on CPU threads, then one GPU slot per worker), or a recorded landscape
+//! (the replay evaluator).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use evo_core::{Gate, Genome, ShapeMeasurement, Status, Target, Vars};
+use evo_eval::landscape::Landscape;
+use evo_eval::pipeline::{family_candidates, Evaluator, GateSettings, Verdict};
+use evo_eval::protocol::ShapeResult;
+use evo_gpu::device::DriverInfo;
+use evo_gpu::Compiler;
+use tokio::sync::Semaphore;
+
+use crate::context::Context;
+use crate::error::{refuse, MissingComponent, Result, ResultExt};
+
+/// The outcome of one genome over every specialization.
+#[derive(Clone, Debug)]
+pub struct GenomeResult {
+    pub status: Status,
+    pub gate: Option<Gate>,
+    pub detail: String,
+    /// One measurement per shape, as the database stores them.
+    pub shapes: Vec<ShapeMeasurement>,
+    pub resources: serde_json::Value,
+    pub source_key: Option<String>,
+    /// Wall time of the whole evaluation (compile included), ms.
+    pub eval_ms: f64,
+    /// Time the GPU worker spent on it, ms.
+    pub gpu_ms: f64,
+}
+
+impl GenomeResult {
+    fn failed(status: Status, gate: Option<Gate>, detail: String, started: Instant) -> Self {
+        GenomeResult {
+            status,
+            gate,
+            detail,
+            shapes: vec![],
+            resources: serde_json::Value::Null,
+            source_key: None,
+            eval_ms: started.elapsed().as_secs_f64() * 1e3,
+            gpu_ms: 0.0,
+        }
+    }
+}
+
+/// The GPU evaluator of a run.
+pub struct GpuBackend {
+    pub evaluator: Arc<Evaluator>,
+    pub context: Arc<Context>,
+    pub edges: Arc<Vec<Vars>>,
+    /// Compilations in flight at once (CPU threads).
+    pub compile_limit: Arc<Semaphore>,
+    /// One permit per GPU worker: taken after compiling, before evaluating.
+    pub gpu_slots: Arc<Semaphore>,
+    /// The run's seed: correctness inputs are a function of it and the variant.
+    pub salt: u64,
+}
+
+pub enum Backend {
+    Gpu(GpuBackend),
+    Replay { landscape: Landscape, file: String },
+}
+
+/// The GPUs named by `--gpus` (`0,1`, or `all`), checked against what the driver sees:
+/// they must exist and be the same model (their timings are compared). No GPU at all is
+/// a [`MissingComponent`].
+pub fn select_gpus(list: &str) -> Result<(Vec<u32>, DriverInfo)> {
+    let info = evo_gpu::device::probe()
+        .map_err(|e| MissingComponent(format!("this command runs kernels and needs a GPU: {e}")))?;
+    if info.devices.is_empty() {
+        return Err(MissingComponent(
+            "this command runs kernels and needs a GPU: the driver sees none".into(),
+        )
+        .into());
+    }
+    let all: String;
+    let list = if list.trim() == "all" {
+        all = (0..info.devices.len())
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        all.as_str()
+    } else {
+        list
+    };
+    let mut out = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let g: u32 = part
+            .parse()
+            .context(|| format!("--gpus: `{part}` is not a GPU number"))?;
+        if g as usize >= info.devices.len() {
+            refuse!(
+                "--gpus: GPU {g} does not exist (the driver sees {} GPU(s))",
+                info.devices.len()
+            );
+        }
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    if out.is_empty() {
+        refuse!("--gpus names no GPU");
+    }
+    let first = &info.devices[out[0] as usize];
+    for g in &out[1..] {
+        let d = &info.devices[*g as usize];
+        if d.name != first.name {
+            refuse!(
+                "--gpus mixes {} and {}: their timings would not compare",
+                first.name,
+                d.name
+            );
+        }
+    }
+    Ok((out, info))
+}
+
+/// The target of GPU `gpu`: its architecture and its shared-memory limit.
+pub fn gpu_target(info: &DriverInfo, gpu: u32) -> Result<Target> {
+    let d = &info.devices[gpu as usize];
+    let mut t = Target::from_arch(&Target::arch_for_capability(
+        d.compute_capability.0,
+        d.compute_capability.1,
+    ))?;
+    t.max_smem_per_block = d.max_smem_per_block_optin;
+    Ok(t)
+}
+
+impl GpuBackend {
+    /// Every gate of the context's config on `gpus`, one worker per GPU, with as many
+    /// compiles in flight as this host has CPUs.
+    pub fn new(context: Arc<Context>, gpus: &[u32], salt: u64) -> Result<GpuBackend> {
+        let config = &context.config;
+        let target = context.target.target.clone();
+        let compiler = Compiler::for_config(&target.arch, &config.compile)?;
+        let evaluator = Evaluator::on_gpus(
+            context.family.problem,
+            compiler,
+            gpus,
+            config.timeouts.clone(),
+            GateSettings {
+                target,
+                static_rules: context.family.static_rules(config.static_rules.clone()),
+                correctness: config.correctness.clone(),
+                timing: Some(config.timing.clone()),
+            },
+        )
+        .context(|| "starting the GPU workers".into())?;
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        Ok(GpuBackend {
+            evaluator: Arc::new(evaluator),
+            edges: Arc::new(context.edge_shapes()),
+            context,
+            compile_limit: Arc::new(Semaphore::new(cpus)),
+            gpu_slots: Arc::new(Semaphore::new(gpus.len())),
+            salt,
+        })
+    }
+
+    /// Renders, compiles (ahead, on a CPU thread) and evaluates each specialization in
+    /// turn; stops at the first that fails. `None`: `stop` was set before a GPU took it.
+    async fn evaluate(&self, id: u64, genome: &Genome, stop: &AtomicBool) -> Option<GenomeResult> {
+        let started = Instant::now();
+        let c = &self.context;
+        let candidates = match family_candidates(&c.family, &c.space, &c.specs, genome, &self.edges)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                return Some(GenomeResult::failed(
+                    Status::RenderFailed,
+                    Some(Gate::Render),
+                    e,
+                    started,
+                ))
+            }
+        };
+        let mut verdicts = Vec::new();
+        for (i, c) in candidates.into_iter().enumerate() {
+            let permit = self
+                .compile_limit
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
+            let (ev, c2) = (self.evaluator.clone(), c.clone());
+            // Compile and read the SASS before taking a GPU slot: on an H200 the
+            // cuobjdump run inside the slot left the GPU idle half the time.
+            let (compiled, sass) = tokio::task::spawn_blocking(move || {
+                let compiled = ev.compile(&c2);
+                let sass = compiled.as_ref().ok().and_then(|c| ev.sass_of(c));
+                (compiled, sass)
+            })
+            .await
+            .expect("compile task");
+            drop(permit);
+            let v = match compiled {
+                Ok(compiled) => {
+                    let _slot = self.gpu_slots.acquire().await.expect("semaphore open");
+                    if stop.load(Ordering::SeqCst) {
+                        return None;
+                    }
+                    self.evaluator
+                        .evaluate_with_sass(c, compiled, sass, id * 16 + i as u64, self.salt)
+                        .await
+                }
+                Err(e) => Verdict {
+                    label: c.label.clone(),
+                    status: Status::CompileFailed,
+                    gate: Some(Gate::Compile),
+                    detail: e.to_string(),
+                    compile: None,
+                    static_kernels: vec![],
+                    result: None,
+                    seeds: vec![],
+                },
+            };
+            let failed = v.status != Status::Evaluated;
+            verdicts.push(v);
+            if failed {
+                break; // the genome has failed; its other specializations need no GPU time
+            }
+        }
+        Some(from_verdicts(verdicts, started))
+    }
+}
+
+/// A shape's record from the worker's report: the timing, and the worst error of any
+/// trial.
+fn measurement(s: &ShapeResult) -> ShapeMeasurement {
+    let worst = s.worst().cloned().unwrap_or_default();
+    let t = s.timing.as_ref();
+    ShapeMeasurement {
+        shape: s.vars.clone(),
+        median_us: t.map(|t| t.median_us),
+        p20_us: t.map(|t| t.p20_us),
+        p80_us: t.map(|t| t.p80_us),
+        samples: t.map(|t| t.samples_us.clone()).unwrap_or_default(),
+        tflops: t.map(|t| t.tflops),
+        peak_fraction: t.and_then(|t| t.peak_fraction),
+        max_abs_err: Some(worst.max_abs),
+        rel_l2: Some(worst.rel_l2),
+    }
+}
+
+fn from_verdicts(verdicts: Vec<Verdict>, started: Instant) -> GenomeResult {
+    let failed = verdicts.iter().find(|v| v.status != Status::Evaluated);
+    let (status, gate, detail) = match failed {
+        Some(v) => (
+            v.status,
+            v.gate,
+            format!("{}: {}", v.label.split('@').nth(1).unwrap_or(""), v.detail),
+        ),
+        None => (Status::Evaluated, None, String::new()),
+    };
+    let mut shapes = Vec::new();
+    let mut gpu_ms = 0.0;
+    for r in verdicts.iter().filter_map(|v| v.result.as_ref()) {
+        gpu_ms += r.elapsed_ms;
+        shapes.extend(r.shapes.iter().map(measurement));
+    }
+    let resources = serde_json::json!(verdicts
+        .iter()
+        .map(|v| serde_json::json!({
+            "specialization": v.label.split('@').nth(1).unwrap_or(""),
+            "kernels": v.static_kernels,
+            "compile": v.compile,
+            "seeds": v.seeds,
+        }))
+        .collect::<Vec<_>>());
+    GenomeResult {
+        status,
+        gate,
+        detail,
+        shapes,
+        resources,
+        source_key: verdicts
+            .iter()
+            .find_map(|v| v.compile.as_ref().map(|c| c.key.clone())),
+        eval_ms: started.elapsed().as_secs_f64() * 1e3,
+        gpu_ms,
+    }
+}
+
+impl Backend {
+    /// `gpu`, or `replay:FILE`: what the run stores as its evaluator.
+    pub fn label(&self) -> String {
+        match self {
+            Backend::Gpu(_) => "gpu".into(),
+            Backend::Replay { file, .. } => format!("replay:{file}"),
+        }
+    }
+
+    /// Evaluations in flight at once: every GPU busy plus compilation running ahead.
+    pub fn parallelism(&self) -> usize {
+        match self {
+            Backend::Gpu(b) => b.evaluator.pool.size() + b.compile_limit.available_permits(),
+            Backend::Replay { .. } => 1,
+        }
+    }
+
+    /// Evaluates one genome; `None` when `stop` was set before it reached the GPU (it
+    /// stays pending). Compilation runs ahead; a GPU slot is taken only after it, and
+    /// `stop` is checked then, so Ctrl-C waits for the evaluations on the GPUs, not for
+    /// everything compiled ahead.
+    pub async fn evaluate(
+        &self,
+        id: u64,
+        genome: &Genome,
+        stop: &AtomicBool,
+    ) -> Option<GenomeResult> {
+        match self {
+            Backend::Replay { landscape, .. } => {
+                let started = Instant::now();
+                // Tests slow the replay down to kill a search mid-generation.
+                if let Some(ms) = std::env::var("EVO_REPLAY_DELAY_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+                if stop.load(Ordering::SeqCst) {
+                    return None;
+                }
+                Some(replay(landscape, genome, started))
+            }
+            Backend::Gpu(b) => b.evaluate(id, genome, stop).await,
+        }
+    }
+
+    /// Each GPU's time on jobs as a fraction of `wall_s`; stops the workers.
+    pub async fn shut_down(&self, wall_s: f64) -> Vec<(u32, f64)> {
+        match self {
+            Backend::Gpu(b) => {
+                let busy = b.evaluator.pool.busy().await;
+                b.evaluator.pool.shutdown().await;
+                busy.into_iter()
+                    .map(|(g, d)| (g, d.as_secs_f64() / wall_s.max(1e-9)))
+                    .collect()
+            }
+            Backend::Replay { .. } => Vec::new(),
+        }
+    }
+}
+
+fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeResult {
+    let Some(p) = landscape.get(&genome.canonical()) else {
+        return GenomeResult::failed(
+            Status::LaunchFailed,
+            None,
+            "replay: this genome is not in the recorded landscape".into(),
+            started,
+        );
+    };
+    GenomeResult {
+        status: p.status,
+        gate: p.gate,
+        detail: format!("replay: {}", p.detail),
+        shapes: p.shapes.clone(),
+        resources: serde_json::json!({"replayed": true}),
+        source_key: None,
+        eval_ms: started.elapsed().as_secs_f64() * 1e3,
+        gpu_ms: p.eval_ms.unwrap_or(0.0),
+    }
+}

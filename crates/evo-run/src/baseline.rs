@@ -1,0 +1,349 @@
+//! The baseline: per-shape times every fitness is relative to. Imported from a file
+//! measured outside evo (`[search] baseline = "import:FILE"`, e.g. PyTorch SDPA on the same
+//! GPU by scripts/torch_sdpa_baseline.py), or a genome of the family evaluated first
+//! (`genome:K=V,...`, default the first seed). [`rescore`] replaces a run's baseline and
+//! rescores every timed candidate (`evo baseline import`).
+//!
+//! The file format, `evo-baseline-1`:
+//!
+//! ```json
+//! {"format": "evo-baseline-1", "source": "torch 2.11 sdpa (auto)", "device": "NVIDIA H200",
+//!  "shapes": [{"shape": {"BATCH": 1, "HEADS": 8, "SEQ_Q": 512, "SEQ_KV": 512,
+//!              "HEAD_DIM": 64, "CAUSAL": false, "DTYPE": "f16"}, "median_us": 9.9}]}
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use evo_core::{shape_key, Genome, Status, Value, Vars};
+use evo_kernels::Problem;
+use evo_store::{CandidateId, NewCandidate, Origin, Store};
+use serde::Deserialize;
+
+use crate::error::{refuse, refused, Result, ResultExt};
+use crate::open::JOIN_WAIT;
+use crate::scoring::{measurements, result_row, score, times_on};
+use crate::{Progress, Run, Stop};
+
+pub const FORMAT: &str = "evo-baseline-1";
+
+#[derive(Deserialize)]
+struct File {
+    format: String,
+    source: String,
+    device: Option<String>,
+    shapes: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    shape: serde_json::Map<String, serde_json::Value>,
+    median_us: f64,
+}
+
+/// Per-shape times from an `evo-baseline-1` file.
+pub struct Imported {
+    /// `import:<file> (<source>)`, what the run stores as the baselines' source.
+    pub source: String,
+    pub device: Option<String>,
+    pub shapes: Vec<(Vars, f64)>,
+}
+
+impl Imported {
+    pub fn load(path: &Path) -> Result<Imported> {
+        let text = std::fs::read_to_string(path)
+            .context(|| format!("reading baseline {}", path.display()))?;
+        let f: File = serde_json::from_str(&text)
+            .context(|| format!("baseline {} is not {FORMAT} JSON", path.display()))?;
+        if f.format != FORMAT {
+            refuse!(
+                "baseline {} has format `{}`; evo reads `{FORMAT}`",
+                path.display(),
+                f.format
+            );
+        }
+        let mut shapes = Vec::new();
+        for (i, e) in f.shapes.into_iter().enumerate() {
+            if !(e.median_us.is_finite() && e.median_us > 0.0) {
+                refuse!(
+                    "baseline {}: shape #{} has median_us {}",
+                    path.display(),
+                    i + 1,
+                    e.median_us
+                );
+            }
+            let mut vars = Vars::new();
+            for (k, v) in e.shape {
+                let value = match v {
+                    serde_json::Value::Bool(b) => Value::Bool(b),
+                    serde_json::Value::Number(n) if n.is_i64() => {
+                        Value::Int(n.as_i64().expect("checked"))
+                    }
+                    serde_json::Value::String(s) => Value::Str(s),
+                    other => refuse!(
+                        "baseline {}: shape #{}: `{k}` = {other} is not an integer, boolean or string",
+                        path.display(),
+                        i + 1
+                    ),
+                };
+                vars.insert(k, value);
+            }
+            shapes.push((vars, e.median_us));
+        }
+        Ok(Imported {
+            source: format!("import:{} ({})", path.display(), f.source),
+            device: f.device,
+            shapes,
+        })
+    }
+
+    /// The time of each of `shapes` (complete), by canonical key: the file's shapes are
+    /// completed with the problem's defaults before they are matched.
+    pub fn times_for(
+        &self,
+        problem: &dyn Problem,
+        shapes: &[Vars],
+        file: &Path,
+    ) -> Result<Vec<(String, f64)>> {
+        shapes
+            .iter()
+            .map(|shape| {
+                let key = shape_key(shape);
+                let t = self
+                    .shapes
+                    .iter()
+                    .find(|(v, _)| {
+                        problem
+                            .complete_shape(v)
+                            .is_ok_and(|c| shape_key(&c) == key)
+                    })
+                    .map(|(_, t)| *t)
+                    .ok_or_else(|| {
+                        refused!("baseline {} has no time for shape {key}", file.display())
+                    })?;
+                Ok((key, t))
+            })
+            .collect()
+    }
+}
+
+/// The run's baseline time of each configured shape.
+pub(crate) struct Baseline {
+    /// The configured shapes' keys, in config order.
+    pub keys: Vec<String>,
+    pub times: Vec<f64>,
+    /// GPU time spent evaluating the baseline genome here, ms.
+    pub gpu_ms: f64,
+}
+
+async fn stored(store: &Store, run: evo_store::RunId) -> Result<BTreeMap<String, f64>> {
+    Ok(store
+        .baselines(run)
+        .await?
+        .into_iter()
+        .map(|b| (b.shape, b.median_us))
+        .collect())
+}
+
+impl Run {
+    /// The run's baseline: as stored; a joining host waits for the first host to set
+    /// it; otherwise set now, from the config's `[search] baseline`.
+    pub(crate) async fn baseline(&self, stop: &Stop, progress: &dyn Progress) -> Result<Baseline> {
+        let keys: Vec<String> = self
+            .context
+            .specs
+            .shapes
+            .iter()
+            .map(|(_, v)| shape_key(v))
+            .collect();
+        let mut times = stored(&self.store, self.id).await?;
+        let missing = |t: &BTreeMap<String, f64>| keys.iter().any(|k| !t.contains_key(k));
+        if self.joined {
+            let waited = Instant::now();
+            while missing(&times) {
+                if waited.elapsed() > JOIN_WAIT || stop.is_requested() {
+                    refuse!("run `{}` has no baseline after 10 minutes: is its first host (evo search) running?", self.name);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                times = stored(&self.store, self.id).await?;
+            }
+        }
+        let mut gpu_ms = 0.0;
+        if missing(&times) {
+            let spec = self.context.config.search.baseline.clone();
+            match spec.as_deref() {
+                Some(s) if s.starts_with("import:") => {
+                    self.import_baseline(&s["import:".len()..], progress)
+                        .await?
+                }
+                other => gpu_ms = self.evaluate_baseline(other, progress).await?,
+            }
+            times = stored(&self.store, self.id).await?;
+        }
+        Ok(Baseline {
+            times: keys.iter().map(|k| times[k]).collect(),
+            keys,
+            gpu_ms,
+        })
+    }
+
+    /// `import:FILE`, relative to the config's folder.
+    async fn import_baseline(&self, file: &str, progress: &dyn Progress) -> Result<()> {
+        let config = &self.context.config;
+        let file = config.path.parent().unwrap_or(Path::new(".")).join(file);
+        let imported = Imported::load(&file)?;
+        let shapes = self.context.configured_shapes();
+        let rows: Vec<(String, f64, String)> = imported
+            .times_for(self.context.family.problem, &shapes, &file)?
+            .into_iter()
+            .map(|(k, t)| (k, t, imported.source.clone()))
+            .collect();
+        if let (Some(d), Some(ours)) = (&imported.device, &self.device) {
+            if d != ours {
+                progress.note(&format!("warning: the baseline was measured on {d}, this GPU is {ours}: fitness compares across GPUs"));
+            }
+        }
+        self.store.set_baselines(self.id, &rows).await?;
+        Ok(())
+    }
+
+    /// `genome:K=V,...`, else the first seed, else the first valid genome: evaluated
+    /// here, recorded with fitness 1. Returns the GPU time it took, ms.
+    async fn evaluate_baseline(&self, spec: Option<&str>, progress: &dyn Progress) -> Result<f64> {
+        let space = &self.context.space;
+        let text = match spec {
+            Some(s) => s
+                .strip_prefix("genome:")
+                .ok_or_else(|| {
+                    refused!(
+                        "[search] baseline must be `genome:K=V,...` or `import:FILE`, not `{s}`"
+                    )
+                })?
+                .to_string(),
+            None => match self.seeds.first() {
+                Some(g) => g.canonical(),
+                None => space
+                    .iter_valid()
+                    .next()
+                    .ok_or_else(|| refused!("the space has no valid genome"))?
+                    .canonical(),
+            },
+        };
+        let genome = Genome::parse(&text).context(|| "baseline genome".into())?;
+        space
+            .check_genome(&genome)
+            .context(|| "baseline genome".into())?;
+        if space.rejection(&genome).is_some() {
+            refuse!("the baseline genome {text} violates a constraint");
+        }
+        let store = &self.store;
+        let id = match store.candidate_by_hash(self.id, &genome.hash().0).await? {
+            Some(c) => c.id,
+            None => {
+                store
+                    .insert_candidates(
+                        self.id,
+                        &[NewCandidate::new(genome.clone(), 0, Origin::Baseline)],
+                    )
+                    .await?[0]
+            }
+        };
+        progress.note(&format!("evaluating the baseline genome {text}"));
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let r = self
+            .backend
+            .evaluate(0, &genome, &never)
+            .await
+            .expect("not stopped");
+        if r.status != Status::Evaluated {
+            store
+                .record_result(id, &result_row(&r, None), &measurements(&r))
+                .await
+                .ok();
+            refuse!(
+                "the baseline genome {text} is {}: {}",
+                r.status.name(),
+                r.detail
+            );
+        }
+        let mut rows = Vec::new();
+        for shape in &self.context.configured_shapes() {
+            let key = shape_key(shape);
+            let t = evo_core::median_on(&r.shapes, &key)
+                .ok_or_else(|| refused!("the baseline genome has no time for shape {key}"))?;
+            rows.push((key, t, format!("genome:{}", genome.hash())));
+        }
+        store.set_baselines(self.id, &rows).await?;
+        store
+            .record_result(id, &result_row(&r, Some(1.0)), &measurements(&r))
+            .await?;
+        Ok(r.gpu_ms)
+    }
+}
+
+/// What [`rescore`] did.
+pub struct Rescored {
+    pub run: String,
+    /// Where the new baseline came from.
+    pub source: String,
+    /// The new time of each configured shape.
+    pub times: Vec<(String, f64)>,
+    /// Candidates rescored, how many of them regressed, the best evaluated fitness.
+    pub rescored: usize,
+    pub regressed: usize,
+    pub best: Option<f64>,
+}
+
+/// `evo baseline import FILE --run RUN`: replaces a run's baseline with imported
+/// per-shape times and rescores every candidate that reached timing, in one
+/// transaction. A resumed search then uses the new baseline.
+pub async fn rescore(store: &Store, run: &str, file: &Path, db: &str) -> Result<Rescored> {
+    let r = store
+        .run(run)
+        .await?
+        .ok_or_else(|| refused!("no run `{run}` in {db}"))?;
+    let config = crate::context::stored_config(&r)?;
+    let problem = evo_kernels::problem(&config.problem)
+        .ok_or_else(|| refused!("unknown problem `{}`", config.problem))?;
+    let imported = Imported::load(file)?;
+    let shapes = config
+        .shapes
+        .iter()
+        .map(|s| problem.complete_shape(s).map_err(crate::RunError::Refused))
+        .collect::<Result<Vec<_>>>()?;
+    let times = imported.times_for(problem, &shapes, file)?;
+    let keys: Vec<String> = times.iter().map(|(k, _)| k.clone()).collect();
+    let baseline: Vec<f64> = times.iter().map(|(_, t)| *t).collect();
+    let mut updates: Vec<(CandidateId, Status, Option<f64>)> = Vec::new();
+    for c in store.candidates(r.id).await? {
+        let Some(status) = c.status.filter(|s| s.has_fitness()) else {
+            continue;
+        };
+        let ms = store.measurements(c.id).await?;
+        let (status, fitness) = score(
+            status,
+            &baseline,
+            &times_on(ms.iter().map(|m| &m.measured), &keys),
+            &config.search,
+        );
+        updates.push((c.id, status, fitness));
+    }
+    let rows: Vec<(String, f64, String)> = times
+        .iter()
+        .map(|(k, t)| (k.clone(), *t, imported.source.clone()))
+        .collect();
+    store.rebase(r.id, &rows, &updates).await?;
+    Ok(Rescored {
+        run: r.name,
+        source: imported.source,
+        times,
+        rescored: updates.len(),
+        regressed: updates.iter().filter(|u| u.1 == Status::Regressed).count(),
+        best: updates
+            .iter()
+            .filter(|u| u.1 == Status::Evaluated)
+            .filter_map(|u| u.2)
+            .fold(None::<f64>, |b, f| Some(b.map_or(f, |b| b.max(f)))),
+    })
+}

@@ -1,0 +1,218 @@
+//! Completing a generation and proposing the next: when no candidate of the run is
+//! pending, the history of every stored result gives the elites, the insights and the
+//! patience count; the strategy proposes from the seed and that history alone; and one
+//! compare-and-set transaction stores it all. Any host computes the same proposals, and
+//! one wins.
+
+use std::time::Instant;
+
+use evo_core::Genome;
+use evo_search::{History, Insights};
+use evo_store::{
+    Advance, Candidate, EliteEntry, Generation, GenerationRow, NewCandidate, Origin, RunStatus,
+    SearchState,
+};
+
+use crate::error::{refused, Result, ResultExt};
+use crate::host::Tally;
+use crate::scoring::outcome;
+use crate::{Progress, Run};
+
+/// What one attempt to advance found.
+pub(crate) enum Step {
+    /// The run is finished (by any host).
+    RunFinished,
+    /// Candidates are pending: other hosts hold them; their results, or their expired
+    /// leases, come soon.
+    Pending,
+    /// Another host advanced first; its proposals are in the queue.
+    Lost,
+    /// This host advanced; `Some(reason)` when it also finished the run.
+    Advanced(Option<&'static str>),
+}
+
+/// The search history of the stored candidates.
+pub(crate) fn history_of(candidates: &[Candidate]) -> Result<History> {
+    let mut history = History::new();
+    for c in candidates {
+        let genome =
+            Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
+        history.insert(genome, c.generation, outcome(c));
+    }
+    Ok(history)
+}
+
+/// This invocation's clock and counters, for the state an advance stores.
+pub(crate) struct Invocation<'a> {
+    pub started: Instant,
+    pub tally: &'a mut Tally,
+}
+
+impl Run {
+    /// The state every advance starts from.
+    fn state_base(&self) -> SearchState {
+        SearchState {
+            config_path: Some(self.context.config.path.display().to_string()),
+            strategy: self.kind.name().into(),
+            params: self.params.clone(),
+            ..SearchState::default()
+        }
+    }
+
+    /// Completes the current generation (when its proposals are all evaluated) and
+    /// proposes the next, unless the run is finished, pending or another host is faster.
+    pub(crate) async fn step(&self, inv: Invocation<'_>, progress: &dyn Progress) -> Result<Step> {
+        let store = &self.store;
+        let tally = inv.tally;
+        let run = tally
+            .db(store.run_by_id(self.id))
+            .await?
+            .ok_or_else(|| refused!("run `{}` was deleted", self.name))?;
+        if run.status == RunStatus::Finished {
+            return Ok(Step::RunFinished);
+        }
+        let candidates = tally.db(store.candidates(self.id)).await?;
+        if candidates.iter().any(|c| c.status.is_none()) {
+            return Ok(Step::Pending);
+        }
+        let latest = tally.db(store.latest_generation(self.id)).await?;
+        let current = latest.as_ref().map_or(0, |g| g.generation + 1);
+        let history = history_of(&candidates)?;
+        let proposed = candidates
+            .iter()
+            .any(|c| c.generation == current && c.origin != Origin::Baseline);
+        let mut state = self.state_base();
+        let mut finish = None;
+        let (completed, next) = if proposed {
+            let row = self.complete(
+                current,
+                &history,
+                latest.as_ref(),
+                &mut state,
+                inv.started,
+                tally,
+            )?;
+            if self
+                .settings
+                .max_generations
+                .is_some_and(|n| current + 1 >= n)
+            {
+                finish = Some("generation budget spent");
+            } else if self.settings.patience > 0
+                && state.stale_generations >= Some(u64::from(self.settings.patience))
+            {
+                finish = Some("no improvement within the patience");
+            }
+            (Some(row), current + 1)
+        } else {
+            if self.settings.max_generations.is_some_and(|n| current >= n) {
+                finish = Some("generation budget spent");
+            }
+            // The newest completed generation, if any.
+            state.generation = current.checked_sub(1);
+            (None, current)
+        };
+        let proposals = match finish {
+            Some(_) => Vec::new(),
+            None => self
+                .strategy
+                .propose(&self.context.space, &history, next, &self.seeds),
+        };
+        if finish.is_none() && proposals.is_empty() {
+            finish = Some("the space is exhausted");
+        }
+        let rows: Vec<NewCandidate> = proposals
+            .iter()
+            .map(|p| {
+                NewCandidate::new(p.genome.clone(), next, origin(p.origin))
+                    .with_parents(p.parents.iter().map(|h| h.0.clone()))
+            })
+            .collect();
+        let won = tally
+            .db(store.advance_generation(
+                self.id,
+                &Advance {
+                    expected_latest: latest.as_ref().map(|g| g.generation),
+                    completed: completed.as_ref(),
+                    next_generation: next,
+                    proposals: &rows,
+                    search_state: &evo_store::to_stored_json(&state),
+                    finish: finish.is_some(),
+                },
+            ))
+            .await?;
+        if !won {
+            return Ok(Step::Lost);
+        }
+        tally.advanced += 1;
+        if let Some(row) = &completed {
+            progress.generation(row.generation, row.evaluated, row.best_fitness);
+        }
+        Ok(Step::Advanced(finish))
+    }
+
+    /// The row of completed generation `current`: its elites, insights and best fitness,
+    /// and in `state` the patience count and this invocation's counters.
+    fn complete(
+        &self,
+        current: u32,
+        history: &History,
+        latest: Option<&Generation>,
+        state: &mut SearchState,
+        started: Instant,
+        tally: &Tally,
+    ) -> Result<GenerationRow> {
+        let elites = self.params.elites;
+        let insights = Insights::compute(&self.context.space, history, elites);
+        let elite_rows: Vec<EliteEntry> = history
+            .elites(elites)
+            .iter()
+            .map(|r| EliteEntry {
+                genome: r.genome.canonical(),
+                hash: r.hash.0.clone(),
+                fitness: r.fitness(),
+            })
+            .collect();
+        let best = history.best().and_then(|r| r.fitness());
+        let previous_best = latest.and_then(|g| g.best_fitness);
+        let stale = if best > previous_best {
+            0
+        } else {
+            let previous = match latest {
+                Some(g) => g.search_state()?.stale_generations,
+                None => None,
+            };
+            previous.unwrap_or(0) + 1
+        };
+        let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+        state.generation = Some(current);
+        state.stale_generations = Some(stale);
+        state.advanced_by = Some(self.host.id.clone());
+        state.evaluated_this_invocation = Some(tally.evaluated);
+        state.gpu_busy_fraction = Some(if self.gpus == 0 {
+            0.0
+        } else {
+            tally.gpu_ms / (wall_ms * self.gpus as f64)
+        });
+        state.evaluations_per_hour = Some(tally.evaluated as f64 / (wall_ms / 3.6e6).max(1e-9));
+        Ok(GenerationRow {
+            run_id: self.id,
+            generation: current,
+            elites: evo_store::to_stored_json(&elite_rows),
+            insights: evo_store::to_stored_json(&insights),
+            state: evo_store::to_stored_json(state),
+            best_fitness: best,
+            evaluated: history.evaluated().count() as u64,
+        })
+    }
+}
+
+fn origin(o: evo_search::Origin) -> Origin {
+    match o {
+        evo_search::Origin::Seed => Origin::Seed,
+        evo_search::Origin::Random => Origin::Random,
+        evo_search::Origin::Mutation => Origin::Mutation,
+        evo_search::Origin::Crossover => Origin::Crossover,
+        evo_search::Origin::Exhaustive => Origin::Exhaustive,
+    }
+}

@@ -1,0 +1,348 @@
+//! [`Run::work`]: this host's part of a run. Claims pending candidates under a lease
+//! (extended by a heartbeat while it evaluates), evaluates them, records each result
+//! when it arrives (only while the lease is still its own), advances generations when
+//! nothing is pending, and stops on the run's end, a budget or [`Stop`]; then gives back
+//! its leases and says what it did.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use evo_core::Genome;
+use evo_store::{CandidateId, GpuBusy, HostStats, RunStatus, StoreError};
+use tokio::task::JoinSet;
+
+use crate::backend::GenomeResult;
+use crate::baseline::Baseline;
+use crate::budget::Budget;
+use crate::error::{Result, ResultExt};
+use crate::generation::{history_of, Invocation, Step};
+use crate::scoring::{measurements, result_row, score, times_on};
+use crate::{Evaluated, HostOptions, Progress, Run, WorkReport};
+
+/// Counters of one invocation.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub evaluated: u64,
+    pub by_status: BTreeMap<&'static str, u64>,
+    pub gpu_ms: f64,
+    /// Time spent waiting for the database (claims, results, advances, polls).
+    pub db: Duration,
+    /// Generations this host advanced.
+    pub advanced: u32,
+    /// Results refused because the lease had gone to another host.
+    pub lost: u64,
+}
+
+impl Tally {
+    /// Awaits a database call, adding its time to [`Tally::db`].
+    pub async fn db<T>(&mut self, call: impl Future<Output = T>) -> T {
+        let t = Instant::now();
+        let r = call.await;
+        self.db += t.elapsed();
+        r
+    }
+}
+
+/// A genome in evaluation: `None` when it was halted before reaching a GPU (its lease is
+/// released when the host finishes).
+type InFlight = JoinSet<Option<(CandidateId, Genome, GenomeResult)>>;
+
+/// What one invocation works with, fixed while it works.
+struct Shift<'a> {
+    host: &'a HostOptions,
+    baseline: &'a Baseline,
+    started: Instant,
+    progress: &'a dyn Progress,
+}
+
+/// Why the loop stopped, and whether the run itself is done.
+struct Ended {
+    reason: &'static str,
+    run_finished: bool,
+}
+
+impl Run {
+    /// Works on the run until it finishes, a budget of `host` is spent or its
+    /// [`crate::Stop`] is requested; reports what this invocation did.
+    pub async fn work(self, host: HostOptions, progress: &dyn Progress) -> Result<WorkReport> {
+        tracing::info!(run = %self.name, evaluator = %self.backend.label(), strategy = self.kind.name(), "search starts");
+        let started = Instant::now();
+        let mut tally = Tally::default();
+        let baseline = self.baseline(&host.stop, progress).await?;
+        tally.gpu_ms += baseline.gpu_ms;
+        let heartbeat = self.heartbeat();
+        let shift = Shift {
+            host: &host,
+            baseline: &baseline,
+            started,
+            progress,
+        };
+        let ended = self.claim_loop(&shift, &mut tally).await;
+        heartbeat.abort();
+        let ended = ended?;
+        self.finish(&host, ended, started, tally, progress).await
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.settings.lease_ms)
+    }
+
+    /// Keeps this host alive in `hosts` and its leases held while it evaluates.
+    fn heartbeat(&self) -> tokio::task::JoinHandle<()> {
+        let (store, id, lease) = (self.store.clone(), self.host.id.clone(), self.lease());
+        tokio::spawn(async move {
+            let every = (lease / 4).max(Duration::from_millis(50));
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = store.heartbeat(&id, lease).await {
+                    tracing::warn!("heartbeat: {e}");
+                }
+            }
+        })
+    }
+
+    async fn claim_loop(&self, shift: &Shift<'_>, tally: &mut Tally) -> Result<Ended> {
+        let (host, started) = (shift.host, shift.started);
+        let limit = self.backend.parallelism();
+        let poll = (self.lease() / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
+        let mut reason = "interrupted";
+        let mut stopping = false;
+        let mut in_flight = InFlight::new();
+        let mut generation_now = 0u32;
+        loop {
+            if !stopping {
+                stopping = host.stop.is_requested();
+                if let Some(spent) = spent(host, started, tally.evaluated + in_flight.len() as u64)
+                {
+                    reason = spent;
+                    stopping = true;
+                }
+            }
+            // Take work while there is room: pending candidates nobody holds, or whose
+            // holder's lease expired.
+            if !stopping && in_flight.len() < limit {
+                let room = match host.budget {
+                    Some(Budget::Evaluations(n)) => (limit - in_flight.len())
+                        .min((n - tally.evaluated - in_flight.len() as u64) as usize),
+                    _ => limit - in_flight.len(),
+                };
+                if let Some(g) = self.claim(room, &mut in_flight, host, tally).await? {
+                    generation_now = g;
+                }
+            }
+            if let Some(joined) = in_flight.join_next().await {
+                if let Some((id, genome, r)) = joined.expect("evaluation task") {
+                    self.record(id, &genome, r, generation_now, shift, tally)
+                        .await?;
+                }
+                continue;
+            }
+            // Nothing in flight and nothing to claim.
+            if stopping {
+                return Ok(Ended {
+                    reason,
+                    run_finished: false,
+                });
+            }
+            match self
+                .step(Invocation { started, tally }, shift.progress)
+                .await?
+            {
+                Step::RunFinished => {
+                    return Ok(Ended {
+                        reason: "the run finished",
+                        run_finished: true,
+                    })
+                }
+                Step::Pending => tokio::time::sleep(poll).await,
+                Step::Lost | Step::Advanced(None) => {}
+                Step::Advanced(Some(reason)) => {
+                    return Ok(Ended {
+                        reason,
+                        run_finished: true,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Claims up to `room` candidates and starts evaluating them; returns the generation
+    /// of the last one claimed.
+    async fn claim(
+        &self,
+        room: usize,
+        in_flight: &mut InFlight,
+        host: &HostOptions,
+        tally: &mut Tally,
+    ) -> Result<Option<u32>> {
+        let claimed = tally
+            .db(self
+                .store
+                .claim_candidates(self.id, &self.host.id, room, self.lease()))
+            .await?;
+        let mut generation = None;
+        for c in claimed {
+            generation = Some(c.generation);
+            let genome =
+                Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
+            let (backend, halt, id) = (self.backend.clone(), host.stop.halted(), c.id);
+            in_flight.spawn(async move {
+                let r = backend.evaluate(id.0 as u64, &genome, &halt).await?;
+                Some((id, genome, r))
+            });
+        }
+        Ok(generation)
+    }
+
+    /// Scores a result against the baseline and records it under this host's lease.
+    async fn record(
+        &self,
+        id: CandidateId,
+        genome: &Genome,
+        r: GenomeResult,
+        generation: u32,
+        shift: &Shift<'_>,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let baseline = shift.baseline;
+        let times = times_on(&r.shapes, &baseline.keys);
+        let (status, fitness) = score(
+            r.status,
+            &baseline.times,
+            &times,
+            &self.context.config.search,
+        );
+        let mut row = result_row(&r, fitness);
+        row.status = status;
+        let recorded = tally
+            .db(self
+                .store
+                .record_claimed_result(id, &self.host.id, &row, &measurements(&r)))
+            .await;
+        match recorded {
+            Ok(()) => {}
+            Err(e @ StoreError::LeaseLost { .. }) => {
+                tally.lost += 1;
+                tracing::warn!("{e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tally.evaluated += 1;
+        tally.gpu_ms += r.gpu_ms;
+        *tally.by_status.entry(status.name()).or_default() += 1;
+        let hours = shift.started.elapsed().as_secs_f64() / 3600.0;
+        shift.progress.evaluated(&Evaluated {
+            generation,
+            evaluated: tally.evaluated,
+            by_status: &tally.by_status,
+            per_hour: tally.evaluated as f64 / hours.max(1e-9),
+        });
+        tracing::info!(genome = %genome.canonical(), status = status.name(), fitness = ?fitness, "evaluated");
+        Ok(())
+    }
+
+    /// Stops the workers, records this host's counters and releases its leases; marks
+    /// the run interrupted or finished when no other host still works on it.
+    async fn finish(
+        &self,
+        host: &HostOptions,
+        ended: Ended,
+        started: Instant,
+        tally: Tally,
+        progress: &dyn Progress,
+    ) -> Result<WorkReport> {
+        let interrupted = host.stop.is_requested();
+        let wall = started.elapsed().as_secs_f64();
+        let gpu_busy = self.backend.shut_down(wall).await;
+        let db_ms = tally.db.as_secs_f64() * 1e3;
+        let stats = HostStats {
+            wall_s: wall,
+            advanced: tally.advanced,
+            lost_leases: tally.lost,
+            gpu_busy: gpu_busy
+                .iter()
+                .map(|(g, f)| GpuBusy { gpu: *g, busy: *f })
+                .collect(),
+            reason: ended.reason.into(),
+        };
+        let store = &self.store;
+        store
+            .finish_host(
+                &self.host.id,
+                tally.evaluated,
+                db_ms,
+                &evo_store::to_stored_json(&stats),
+            )
+            .await?;
+        if !ended.run_finished {
+            // This host stops; the run goes on if another host still works on it.
+            let now = evo_store::now_ms();
+            let lease_ms = self.lease().as_millis() as i64;
+            let others = store
+                .hosts(self.id)
+                .await?
+                .into_iter()
+                .filter(|h| {
+                    h.id != self.host.id
+                        && h.finished_at.is_none()
+                        && now - h.heartbeat_ms < 2 * lease_ms
+                })
+                .count();
+            if others == 0 {
+                let status = if interrupted {
+                    RunStatus::Interrupted
+                } else {
+                    RunStatus::Finished
+                };
+                store.set_run_status(self.id, status).await?;
+            } else {
+                progress.note(&format!(
+                    "{others} other host(s) still work on run `{}`",
+                    self.name
+                ));
+            }
+        }
+        // The fittest genome, regressed ones included (against a fast external baseline
+        // every early kernel regresses).
+        let history = history_of(&store.candidates(self.id).await?)?;
+        let best = history.best().and_then(|r| {
+            r.fitness()
+                .map(|f| (f, r.genome.canonical(), r.hash.0.clone()))
+        });
+        Ok(WorkReport {
+            run: self.name.clone(),
+            reason: if interrupted {
+                "interrupted"
+            } else {
+                ended.reason
+            }
+            .into(),
+            interrupted,
+            evaluated: tally.evaluated,
+            wall_s: wall,
+            gpus: self.gpus,
+            gpu_ms: tally.gpu_ms,
+            gpu_busy,
+            db_ms,
+            advanced: tally.advanced,
+            lost_leases: tally.lost,
+            statuses: store.status_counts(self.id).await?,
+            best,
+        })
+    }
+}
+
+/// The budget of `host` that is spent, if one is: time from `started`, or evaluations
+/// (those in flight count). A spent time budget also halts what has not reached a GPU.
+fn spent(host: &HostOptions, started: Instant, evaluations: u64) -> Option<&'static str> {
+    match host.budget {
+        Some(Budget::Time(t)) if started.elapsed() >= t => {
+            host.stop.halt();
+            Some("time budget spent")
+        }
+        Some(Budget::Evaluations(n)) if evaluations >= n => Some("evaluation budget spent"),
+        _ => None,
+    }
+}

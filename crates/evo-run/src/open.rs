@@ -1,0 +1,419 @@
+//! [`Run::open`]: a new run, a resumed one or one to join — loaded, checked against what
+//! this host has, created or updated in the database, and this host registered on it.
+//! A refused host changes nothing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use evo_core::config::SearchConfig;
+use evo_core::{Genome, Target};
+use evo_eval::landscape::Landscape;
+use evo_search::StrategyKind;
+use evo_store::{NewHost, NewRun, RunId, RunSettings, RunStatus, Store};
+
+use crate::backend::{gpu_target, select_gpus, Backend, GpuBackend};
+use crate::context::{stored_config, templates_root, Context, TargetChoice};
+use crate::error::{refuse, refused, Result, ResultExt};
+use crate::{Progress, Run, RunRequest, RunTarget};
+
+/// Default lease: long enough for any evaluation's heartbeat gap, short enough that a
+/// dead host's genomes come back soon.
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// How long `evo join` waits for its run to be created and given a baseline.
+pub(crate) const JOIN_WAIT: Duration = Duration::from_secs(600);
+
+/// The run a request names, as stored (resume and join), or the config of a new one.
+struct Resolved {
+    id: RunId,
+    name: String,
+    config: SearchConfig,
+    existing: Option<evo_store::Run>,
+}
+
+/// What this host evaluates with: the GPUs (their model decides the target) or a
+/// landscape.
+struct Evaluating {
+    replay: Option<PathBuf>,
+    target: Target,
+    target_reason: String,
+    /// The GPU model and the driver's CUDA version.
+    device: Option<(String, i32)>,
+    gpus: Vec<u32>,
+}
+
+impl Run {
+    /// Opens the run of `request` on `store` and registers this host on it.
+    pub async fn open(store: Store, request: RunRequest, progress: &dyn Progress) -> Result<Run> {
+        let r = resolve(&store, &request, progress).await?;
+        let root = templates_root(request.templates.as_deref(), &r.config)?;
+        let family = evo_kernels::Family::load(&root, &r.config.problem, &r.config.family)?;
+        let ev = evaluating(&request, r.existing.as_ref(), &r.config)?;
+        let context = Arc::new(Context::bind(
+            r.config,
+            family,
+            TargetChoice {
+                target: ev.target.clone(),
+                reason: ev.target_reason.clone(),
+            },
+        )?);
+        // A resumed run keeps its own seed and strategy (flags cannot change them).
+        let (seed, strategy_name) = match &r.existing {
+            Some(run) => (Some(run.seed), run.strategy.clone()),
+            None => (
+                request.seed,
+                request
+                    .strategy
+                    .clone()
+                    .unwrap_or_else(|| context.config.search.strategy.clone()),
+            ),
+        };
+        let kind: StrategyKind = strategy_name.parse().map_err(crate::RunError::Refused)?;
+        let params = evo_core::config::SearchParams {
+            seed: seed.unwrap_or(context.config.search.params.seed),
+            ..context.config.search.params.clone()
+        };
+        let seeds = seed_genomes(&context)?;
+        let backend = Arc::new(backend(&ev, context.clone(), params.seed)?);
+        let id = match &r.existing {
+            Some(_) => r.id,
+            None => create(&store, &r.name, &context, kind, params.seed, &backend, &ev).await?,
+        };
+        let settings = settle_settings(&store, id, &request, r.existing.as_ref(), &context).await?;
+        check_device(r.existing.as_ref(), &ev, &settings, progress)?;
+        let host = register(&store, id, &ev, &backend, progress).await?;
+        if r.existing.is_some() {
+            // Only now that every check passed: a refused host leaves the run as it was.
+            store.set_run_status(id, RunStatus::Running).await?;
+        }
+        Ok(Run {
+            store,
+            db: request.db.clone(),
+            id,
+            name: r.name,
+            context,
+            joined: matches!(request.target, RunTarget::Join { .. }),
+            kind,
+            strategy: evo_search::build(kind, params.clone()),
+            params,
+            seeds,
+            backend,
+            settings,
+            host,
+            device: ev.device.map(|d| d.0),
+            gpus: ev.gpus.len(),
+        })
+    }
+}
+
+async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -> Result<Resolved> {
+    let (name, given, join) = match &request.target {
+        RunTarget::New { config, name } => {
+            let config = SearchConfig::load(config)?;
+            let name = name.clone().unwrap_or_else(|| {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                format!("{}-{secs}", config.family)
+            });
+            return Ok(Resolved {
+                id: RunId(0),
+                name,
+                config,
+                existing: None,
+            });
+        }
+        RunTarget::Resume { name, config } => (name, config.as_deref(), false),
+        RunTarget::Join { name } => (name, None, true),
+    };
+    let mut run = store.run(name).await?;
+    if run.is_none() && join {
+        // Hosts started together: the first may not have created the run yet.
+        progress.note(&format!(
+            "waiting for run `{name}` to be created (up to 10 minutes)"
+        ));
+        let waited = Instant::now();
+        while run.is_none() && waited.elapsed() < JOIN_WAIT {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            run = store.run(name).await?;
+        }
+    }
+    let run =
+        run.ok_or_else(|| refused!("no run `{name}` in {}", evo_store::redact_url(&request.db)))?;
+    if let Some(given) = given {
+        let text =
+            std::fs::read_to_string(given).context(|| format!("reading {}", given.display()))?;
+        if text != run.config_toml {
+            refuse!("{} differs from the config run `{}` started with; resume without -c (the stored config is used) or start a new run", given.display(), run.name);
+        }
+    }
+    let config = stored_config(&run)?;
+    if run.status == RunStatus::Finished {
+        if join {
+            refuse!("run `{}` has finished: there is nothing to join (continue it with evo search --resume {} --db ...)", run.name, run.name);
+        }
+        progress.note(&format!(
+            "note: run `{}` had finished; continuing it",
+            run.name
+        ));
+    }
+    if request.seed.is_some_and(|s| s != run.seed)
+        || request
+            .strategy
+            .as_ref()
+            .is_some_and(|s| *s != run.strategy)
+    {
+        refuse!("run `{}` uses seed {} and strategy {}; a resumed run keeps them (drop --seed/--strategy)", run.name, run.seed, run.strategy);
+    }
+    Ok(Resolved {
+        id: run.id,
+        name: run.name.clone(),
+        config,
+        existing: Some(run),
+    })
+}
+
+/// The evaluator: a run keeps its own, so every host of it evaluates the same way.
+fn evaluating(
+    request: &RunRequest,
+    existing: Option<&evo_store::Run>,
+    config: &SearchConfig,
+) -> Result<Evaluating> {
+    let label = match (&request.evaluator, existing) {
+        (Some(e), Some(run)) if *e != run.evaluator => refuse!(
+            "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
+            run.name,
+            run.evaluator
+        ),
+        (Some(e), _) => e.clone(),
+        (None, Some(run)) => run.evaluator.clone(),
+        (None, None) => "gpu".into(),
+    };
+    let replay = label.strip_prefix("replay:").map(PathBuf::from);
+    if replay.is_some() {
+        let arch = match config.compile.arch.as_str() {
+            "auto" => evo_core::target::DEFAULT_ARCH.to_string(),
+            a => a.to_string(),
+        };
+        return Ok(Evaluating {
+            replay,
+            target: Target::from_arch(&arch)?,
+            target_reason: "the config's (the replay evaluator runs no kernel)".into(),
+            device: None,
+            gpus: Vec::new(),
+        });
+    }
+    if label != "gpu" {
+        refuse!("--evaluator must be `gpu` or `replay:FILE`, not `{label}`");
+    }
+    let (gpus, info) = select_gpus(&request.gpus)?;
+    let d = &info.devices[gpus[0] as usize];
+    Ok(Evaluating {
+        target: gpu_target(&info, gpus[0])?,
+        target_reason: format!("the architecture of GPU {}, {}", gpus[0], d.name),
+        device: Some((d.name.clone(), info.cuda_version)),
+        replay,
+        gpus,
+    })
+}
+
+/// The config's `[search] seeds`, each a valid genome of the space.
+fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
+    context
+        .config
+        .search
+        .seeds
+        .iter()
+        .map(|s| {
+            let g = Genome::parse(s).context(|| format!("[search] seed `{s}`"))?;
+            context
+                .space
+                .check_genome(&g)
+                .context(|| format!("[search] seed `{s}`"))?;
+            Ok(g)
+        })
+        .collect()
+}
+
+fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend> {
+    match &ev.replay {
+        Some(file) => {
+            let landscape = Landscape::load(file)?;
+            if landscape.family != context.family.name {
+                refuse!(
+                    "landscape {} is for family {}, the config's is {}",
+                    file.display(),
+                    landscape.family,
+                    context.family.name
+                );
+            }
+            Ok(Backend::Replay {
+                landscape,
+                file: file.display().to_string(),
+            })
+        }
+        None => Ok(Backend::Gpu(GpuBackend::new(context, &ev.gpus, salt)?)),
+    }
+}
+
+/// Creates the run, now that everything it needs has loaded.
+async fn create(
+    store: &Store,
+    name: &str,
+    context: &Context,
+    kind: StrategyKind,
+    seed: u64,
+    backend: &Backend,
+    ev: &Evaluating,
+) -> Result<RunId> {
+    let nvrtc = evo_gpu::nvrtc::version()
+        .ok()
+        .map(|(a, b)| format!("{a}.{b}"));
+    Ok(store
+        .create_run(&NewRun {
+            name: name.into(),
+            config_toml: context.config.text.clone(),
+            problem: context.family.problem.name().into(),
+            family: context.config.family.clone(),
+            seed,
+            strategy: kind.name().into(),
+            evaluator: backend.label(),
+            device: ev.device.as_ref().map(|d| d.0.clone()),
+            driver: ev
+                .device
+                .as_ref()
+                .map(|d| format!("CUDA {}.{}", d.1 / 1000, (d.1 % 1000) / 10)),
+            nvrtc_version: nvrtc,
+            arch: Some(ev.target.arch.clone()),
+        })
+        .await?)
+}
+
+/// Run-wide settings: set by the run's first host, changed only by a resume; a joining
+/// host takes them as they are.
+async fn settle_settings(
+    store: &Store,
+    id: RunId,
+    request: &RunRequest,
+    existing: Option<&evo_store::Run>,
+    context: &Context,
+) -> Result<RunSettings> {
+    let stored = match existing {
+        Some(r) => r.run_settings()?,
+        None => None,
+    };
+    let mut settings = stored.unwrap_or(RunSettings {
+        allow_mixed_devices: request.allow_mixed_gpus,
+        lease_ms: DEFAULT_LEASE.as_millis() as u64,
+        max_generations: None,
+        patience: context.config.search.patience,
+    });
+    if matches!(request.target, RunTarget::Join { .. }) {
+        if request.max_generations.is_some() {
+            refuse!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
+        }
+        return Ok(settings);
+    }
+    if let Some(l) = request.lease {
+        settings.lease_ms = l.as_millis().max(1) as u64;
+    }
+    if let Some(n) = request.max_generations {
+        settings.max_generations = Some(n);
+    }
+    if let Some(p) = request.patience {
+        settings.patience = p;
+    }
+    if existing.is_none() {
+        settings.allow_mixed_devices = request.allow_mixed_gpus;
+    }
+    store
+        .set_run_settings(id, &evo_store::to_stored_json(&settings))
+        .await?;
+    Ok(settings)
+}
+
+/// A run keeps its GPU model: a host with another is refused unless the run allows it.
+fn check_device(
+    existing: Option<&evo_store::Run>,
+    ev: &Evaluating,
+    settings: &RunSettings,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let (Some(run), Some((ours, _))) = (existing, &ev.device) else {
+        return Ok(());
+    };
+    if let Some(theirs) = run.device.as_ref().filter(|d| *d != ours) {
+        if !settings.allow_mixed_devices {
+            refuse!(
+                "run `{}` runs on {theirs}; this host's GPU is {ours}: their timings would not compare. Join from hosts with {theirs}, or start the run with --allow-mixed-gpus",
+                run.name
+            );
+        }
+        progress.note(&format!(
+            "warning: run `{}` runs on {theirs}, this host on {ours} (the run allows mixed GPUs)",
+            run.name
+        ));
+    }
+    Ok(())
+}
+
+/// This host's name (for host ids and messages).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether a process of this host is alive (`None`: cannot tell here).
+fn pid_alive(pid: u32) -> Option<bool> {
+    if !Path::new("/proc/self").exists() {
+        return None;
+    }
+    Some(Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Registers this process as a host of the run, after giving back at once the leases of
+/// dead processes of this host (SIGKILL, a crash) instead of after their timeout.
+async fn register(
+    store: &Store,
+    run: RunId,
+    ev: &Evaluating,
+    backend: &Backend,
+    progress: &dyn Progress,
+) -> Result<NewHost> {
+    let pid = std::process::id();
+    let me = NewHost {
+        id: format!(
+            "{}:{pid}:{:04x}",
+            hostname(),
+            evo_store::now_ms() as u16 ^ (pid as u16).rotate_left(7)
+        ),
+        hostname: hostname(),
+        pid,
+        device: ev.device.as_ref().map(|d| d.0.clone()),
+        gpus: ev.gpus.len() as u32,
+        evaluator: backend.label(),
+    };
+    for h in store.hosts(run).await? {
+        if h.hostname == me.hostname
+            && h.finished_at.is_none()
+            && h.pid != me.pid
+            && pid_alive(h.pid) == Some(false)
+        {
+            let n = store.release_leases(&h.id).await?;
+            if n > 0 {
+                progress.note(&format!(
+                    "released {n} candidate(s) claimed by {}, which died",
+                    h.id
+                ));
+            }
+        }
+    }
+    store.register_host(run, &me).await?;
+    Ok(me)
+}
