@@ -249,8 +249,9 @@ fn the_fp8_end_to_end_config_compiles_both_kernels() {
 /// The Hopper attention family compiles for sm_90a (both head dims): genomes combining every
 /// pair of knob values (f16 non-causal) and a covering sample (bf16 causal), without spills or
 /// a stack frame, with HGMMA (warpgroup MMA) in the SASS: the opcode the family requires from
-/// the static gate. (All 1452 genomes x 2 head dims compiled spill-free when the register
-/// constraints were last measured: `evo compile --all -c configs/sdpa_wgmma.toml`.)
+/// the static gate. (All 1452 genomes x 2 head dims, f16 non-causal, compiled spill-free when
+/// the register constraints were last measured: `evo compile --all -c configs/sdpa_wgmma.toml`,
+/// run in chunks of one BLOCK_N and RESCALE each.)
 #[test]
 fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
     let dir = tempfile::tempdir().unwrap();
