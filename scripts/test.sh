@@ -6,8 +6,8 @@
 #     (scripts/install-postgres.sh), exported as EVO_TEST_PG_URL so the store's tests
 #     and the multi-host search test run on it too;
 #  2. cargo fmt --check, cargo clippy -D warnings;
-#  3. every test (cargo nextest if installed, else cargo test). Tests that need a GPU
-#     print why they skip when there is none.
+#  3. the kernel tools' Python checks (bench/), then every test (cargo nextest if installed,
+#     else cargo test). Tests that need a GPU print why they skip when there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-cuda.sh
@@ -16,6 +16,11 @@ export EVO_TEST_PG_URL
 echo "PostgreSQL for the tests: $EVO_TEST_PG_URL"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The kernel tools' CPU checks (bench/): the generated wgmma specializations are current, the
+# float64 desk check of the attention tile logic, the A/B script's arguments and table.
+python3 bench/kernel/gen_wgmma.py --check
+python3 bench/kernel/desk_check.py --quick
+python3 bench/gpu/test_kernel_ab.py
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

@@ -3,7 +3,8 @@
 
 A transcription (float64, plain Python) of what the kernel's index math and the shared softmax
 primitive (templates/common/softmax.cuh) do: the grid of query blocks, the KV tiles a block
-walks (causal limit, split-KV ranges), per consumer warpgroup the unmasked prefix of tiles
+walks (causal limit, split-KV ranges), per consumer warpgroup its rows or (WG_SPLIT keys) its
+share of the tiles and the merge of the warpgroups' results, the unmasked prefix of tiles
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
 (8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
 exp2, the maximum on raw scores with min for a negative scale, `hide`, the FLT_MIN clamp), the
@@ -95,15 +96,83 @@ def quad_step(threads, scores, sc: LogitScale, visible_of, rescale: str):
     return alphas
 
 
+def walk(case, sc, rows, t0, n_tiles, n_full, tiles):
+    """One warpgroup's quad (rows r_lo, r_lo + 8) over its tiles: the 4 threads' softmax states
+    and unnormalized O rows (summed over the quad's columns)."""
+    seq_q, seq_kv, causal, bn, rescale, S, V = (
+        case[k] for k in ("seq_q", "seq_kv", "causal", "bn", "rescale", "S", "V"))
+    d = len(V[0])
+    threads = [Softmax() for _ in range(4)]
+    acc = [[[0.0] * d for _ in range(2)] for _ in range(4)]
+    for t in tiles:
+        n0 = (t0 + t) * bn
+        scores, visible_of = [], []
+        for tq in range(4):
+            col_base = 2 * tq
+            th = []
+            for h in range(2):
+                row = rows[h]
+                cols = [n0 + 8 * j + col_base + e for j in range(bn // 8) for e in range(2)]
+                # Rows past seq_q and keys past seq_kv read zero-filled Q / K tiles.
+                th.append([S[row][k] if row < seq_q and k < seq_kv else 0.0 for k in cols])
+            scores.append(th)
+            if t < n_full:
+                visible_of.append(None)
+            else:
+                lim = [(min(seq_kv, rows[h] + 1) if causal else seq_kv) - n0 - col_base for h in range(2)]
+                visible_of.append(lambda h, j, e, lim=lim: 8 * j + e < lim[h])
+        alphas = quad_step(threads, scores, sc, visible_of, rescale)
+        for tq in range(4):
+            for h in range(2):
+                # (lazy: a warp whose rows kept their maximum skips this; their alphas are exactly 1)
+                acc[tq][h] = [x * alphas[tq][h] for x in acc[tq][h]]
+                cols = [n0 + 8 * j + 2 * tq + e for j in range(bn // 8) for e in range(2)]
+                for i, k in enumerate(cols):
+                    p = scores[tq][h][i]
+                    if p != 0.0:
+                        vk = V[k] if k < seq_kv else [0.0] * d
+                        acc[tq][h] = [x + p * y for x, y in zip(acc[tq][h], vk)]
+    # finish: complete sums over the quad; O over the quad's columns.
+    m = [threads[0].row_max[h] for h in range(2)]
+    l = [sum(threads[tq].row_sum[h] for tq in range(4)) for h in range(2)]
+    o = [[sum(acc[tq][h][c] for tq in range(4)) for c in range(d)] for h in range(2)]
+    return m, l, o
+
+
+def merge(parts):
+    """WG_SPLIT keys: warpgroup 0 merges (m_w, l_w, O_w) of every warpgroup, per row h."""
+    out_m, out_l, out_o = [], [], []
+    for h in range(2):
+        m = max(p[0][h] for p in parts)
+        ref = 0.0 if m == -INF else m
+        f = [ex2(p[0][h] - ref) for p in parts]
+        out_m.append(m)
+        out_l.append(sum(fw * p[1][h] for fw, p in zip(f, parts)))
+        out_o.append([sum(fw * p[2][h][c] for fw, p in zip(f, parts)) for c in range(len(parts[0][2][h]))])
+    return out_m, out_l, out_o
+
+
 def kernel(case) -> dict[int, list[float]]:
     """The kernel's output rows (row -> O[row]) for one case, following the template."""
-    seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, S, V = (
-        case[k] for k in ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "S", "V"))
-    d = len(V[0]) if V else 0
-    block_m = 64 * cw
+    seq_q, seq_kv, causal, bn, cw, splits, scale, keys, V = (
+        case[k] for k in ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "keys", "V"))
+    d = len(V[0])
+    block_m = 64 if keys else 64 * cw
     sc = LogitScale(scale)
     out: dict[int, list[float]] = {}
     partial: dict[int, list[tuple[float, list[float]]]] = {}
+
+    def emit(row, m, l, o):
+        if row >= seq_q:
+            return
+        inv = 1.0 / l if l > 0 else 0.0
+        o = [x * inv for x in o]
+        if splits > 1:
+            partial.setdefault(row, []).append((m + math.log2(l) if l > 0 else -INF, o))
+        else:
+            assert row not in out, f"row {row} written twice"
+            out[row] = o
+
     for m_block in range((seq_q + block_m - 1) // block_m):
         m0 = m_block * block_m
         kv_end = min(seq_kv, m0 + block_m) if causal else seq_kv
@@ -118,61 +187,30 @@ def kernel(case) -> dict[int, list[float]]:
                     for r in range(m0, min(m0 + block_m, seq_q)):
                         partial.setdefault(r, []).append((-INF, [0.0] * d))
                     continue
-            for wg in range(cw):
-                n_full = seq_kv // bn
-                if causal:
-                    n_full = min(n_full, (m0 + wg * 64 + 1) // bn)
-                n_full = min(max(n_full - t0, 0), n_tiles)
-                for warp in range(4):
-                    for g in range(8):
-                        r_lo = m0 + wg * 64 + warp * 16 + g
-                        rows = [r_lo, r_lo + 8]
-                        threads = [Softmax() for _ in range(4)]
-                        acc = [[[0.0] * d for _ in range(2)] for _ in range(4)]
-                        for t in range(n_tiles):
-                            n0 = (t0 + t) * bn
-                            scores, visible_of = [], []
-                            for tq in range(4):
-                                col_base = 2 * tq
-                                th = []
-                                for h in range(2):
-                                    row = rows[h]
-                                    cols = [n0 + 8 * j + col_base + e for j in range(bn // 8) for e in range(2)]
-                                    # Rows past seq_q and keys past seq_kv read zero-filled Q / K tiles.
-                                    th.append([S[row][k] if row < seq_q and k < seq_kv else 0.0 for k in cols])
-                                scores.append(th)
-                                if t < n_full:
-                                    visible_of.append(None)
-                                else:
-                                    lim = [(min(seq_kv, rows[h] + 1) if causal else seq_kv) - n0 - col_base for h in range(2)]
-                                    visible_of.append(lambda h, j, e, lim=lim: 8 * j + e < lim[h])
-                            alphas = quad_step(threads, scores, sc, visible_of, rescale)
-                            for tq in range(4):
-                                for h in range(2):
-                                    # (lazy: a warp whose rows kept their maximum skips this; their
-                                    # alphas are exactly 1)
-                                    acc[tq][h] = [x * alphas[tq][h] for x in acc[tq][h]]
-                                    cols = [n0 + 8 * j + 2 * tq + e for j in range(bn // 8) for e in range(2)]
-                                    for i, k in enumerate(cols):
-                                        p = scores[tq][h][i]
-                                        if p != 0.0:
-                                            vk = V[k] if k < seq_kv else [0.0] * d
-                                            acc[tq][h] = [x + p * y for x, y in zip(acc[tq][h], vk)]
-                        # finish: quad sums, O = sum over the quad's columns / l.
+            for warp in range(4):
+                for g in range(8):
+                    results = []
+                    for wg in range(cw):
+                        wg_row0 = 0 if keys else wg * 64
+                        n_full = seq_kv // bn
+                        if causal:
+                            n_full = min(n_full, (m0 + wg_row0 + 1) // bn)
+                        n_full = min(max(n_full - t0, 0), n_tiles)
+                        first, step = (wg, cw) if keys else (0, 1)
+                        mine = (n_tiles - first + step - 1) // step
+                        tiles = [first + i * step for i in range(mine)]
+                        r_lo = m0 + wg_row0 + warp * 16 + g
+                        results.append(walk(case, sc, [r_lo, r_lo + 8], t0, n_tiles, n_full, tiles))
+                    if keys:
+                        m, l, o = merge(results)
+                        r_lo = m0 + warp * 16 + g
                         for h in range(2):
-                            row = rows[h]
-                            if row >= seq_q:
-                                continue
-                            total = sum(threads[tq].row_sum[h] for tq in range(4))
-                            o = [sum(acc[tq][h][c] for tq in range(4)) for c in range(d)]
-                            inv = 1.0 / total if total > 0 else 0.0
-                            o = [x * inv for x in o]
-                            if splits > 1:
-                                m = threads[0].row_max[h]
-                                lse = m + math.log2(total) if total > 0 else -INF
-                                partial.setdefault(row, []).append((lse, o))
-                            else:
-                                out[row] = o
+                            emit(r_lo + 8 * h, m[h], l[h], o[h])
+                    else:
+                        for wg, (m, l, o) in enumerate(results):
+                            r_lo = m0 + wg * 64 + warp * 16 + g
+                            for h in range(2):
+                                emit(r_lo + 8 * h, m[h], l[h], o[h])
     if splits > 1:
         for row, parts in partial.items():
             mx = max(l for l, _ in parts)
@@ -196,7 +234,7 @@ def reference(case) -> dict[int, list[float]]:
     return out
 
 
-def make_case(rng: random.Random, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind) -> dict:
+def make_case(rng: random.Random, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys=False) -> dict:
     S = [[rng.gauss(0.0, 3.0) for _ in range(seq_kv)] for _ in range(seq_q)]
     if kind == "adversarial":
         for r in range(seq_q):
@@ -212,7 +250,7 @@ def make_case(rng: random.Random, seq_q, seq_kv, causal, bn, cw, splits, scale, 
         S = [[(0.5 + 0.01 * r) * k + rng.gauss(0.0, 1.0) for k in range(seq_kv)] for r in range(seq_q)]
     V = [[rng.gauss(0.0, 1.0) for _ in range(2)] for _ in range(seq_kv)]
     return dict(seq_q=seq_q, seq_kv=seq_kv, causal=causal, bn=bn, cw=cw, splits=splits, scale=scale,
-                rescale=rescale, S=S, V=V, kind=kind)
+                rescale=rescale, S=S, V=V, kind=kind, keys=keys)
 
 
 def compare(case) -> float:
@@ -237,7 +275,8 @@ def cases(quick: bool, rng: random.Random):
             splits = rng.choice([1, 1, 2, 3])
             scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
             kind = rng.choice(["random", "adversarial", "ramp"])
-            yield make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind)
+            keys = cw >= 2 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
+            yield make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
 
 
 def main() -> int:
@@ -253,7 +292,7 @@ def main() -> int:
         # float64 throughout: only the FLT_MIN clamp of a zero scale perturbs the exponents.
         if not err <= 1e-9:
             bad += 1
-            keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind")
+            keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind", "keys")
             print("MISMATCH", {k: case[k] for k in keys}, f"err {err:.3g}")
     print(f"{n} cases, {bad} mismatches")
     return 1 if bad else 0

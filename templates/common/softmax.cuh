@@ -166,8 +166,8 @@ struct OnlineSoftmax {
         }
     }
 
-    // After step<false>: the running sums rescaled by the tile's alpha plus the weights w[h] of
-    // this thread's columns of the tile.
+    // After a step without SUM: the running sums rescaled by the tile's alpha plus the weights
+    // w[h] of this thread's columns of the tile.
     __device__ __forceinline__ void add_weights(const float (&alpha)[2], const float (&w)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + w[h];

@@ -396,14 +396,15 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
         count += 1;
     }
     // (CONSUMER_WG, BLOCK_N, STAGES, WARP_SPEC, SETMAXNREG, PRODUCER_REGS, LOADER, OVERLAP,
-    // PINGPONG, SWIZZLE_BYTES, RESCALE): 3 x 4 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x 3 x 2 raw, less the
-    // rings that do not fit 227 KiB at head dim 128, the register bound (O, S and with OVERLAP
-    // the in-flight P, plus 32, within the setmaxnreg target or the launch's share), SETMAXNREG
-    // without a producer and two or three consumers, PRODUCER_REGS pinned without SETMAXNREG and
-    // at least 56 for the cp.async producer, TMA without a producer, and ping-pong without a
-    // producer, OVERLAP and two or three consumers: 606 tile and schedule choices, each with
-    // either RESCALE.
-    assert_eq!(count, 1212);
+    // PINGPONG, SWIZZLE_BYTES, RESCALE, WG_SPLIT): 3 x 4 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x 3 x 2 x 2
+    // raw, less the rings that do not fit 227 KiB at head dim 128, the register bound (O, S and
+    // with OVERLAP the in-flight P, plus 32, within the setmaxnreg target or the launch's share),
+    // SETMAXNREG without a producer and two or three consumers, PRODUCER_REGS pinned without
+    // SETMAXNREG and at least 56 for the cp.async producer, TMA without a producer, ping-pong
+    // without a producer, OVERLAP and two or three consumers, and the keys split without two or
+    // three TMA-fed consumers, without ping-pong or with STAGES not a multiple of CONSUMER_WG:
+    // 606 genomes of each RESCALE with rows, 120 with keys.
+    assert_eq!(count, 1452);
     assert_eq!(
         sources.len(),
         count,
@@ -461,7 +462,7 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
     let specs = sdpa_specs();
     for (base_name, name, genomes) in [
         ("sdpa_fwd_mma", "sdpa_fwd_mma_splitkv", 2400),
-        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 3636),
+        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 4356),
     ] {
         let base = Family::load(&templates(), "sdpa_fwd", base_name).unwrap();
         let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
