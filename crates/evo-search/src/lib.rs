@@ -25,11 +25,13 @@
 //! [`Outcome`]). Determinism holds for the same space, parameters, seeds and
 //! `Cargo.lock` (a `rand` upgrade may change the draws, never their validity).
 
+pub mod forest;
 pub mod history;
 pub mod insights;
 pub mod landscape;
 pub mod params;
 pub mod strategy;
+pub mod surrogate;
 
 pub use history::{History, Outcome, Record};
 pub use insights::{Insights, KnobInsight, ValueInsight};

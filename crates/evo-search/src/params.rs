@@ -73,13 +73,15 @@ pub enum StrategyKind {
     Evolution,
     Random,
     Exhaustive,
+    Surrogate,
 }
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 3] = [
+    pub const ALL: [StrategyKind; 4] = [
         StrategyKind::Evolution,
         StrategyKind::Random,
         StrategyKind::Exhaustive,
+        StrategyKind::Surrogate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -87,6 +89,7 @@ impl StrategyKind {
             StrategyKind::Evolution => "evolution",
             StrategyKind::Random => "random",
             StrategyKind::Exhaustive => "exhaustive",
+            StrategyKind::Surrogate => "surrogate",
         }
     }
 }
