@@ -266,7 +266,8 @@ impl Default for TimeoutConfig {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SearchSection {
-    /// "evolution", "random" or "exhaustive".
+    /// "surrogate" (surrogate-assisted evolution, the default), "evolution", "random" or
+    /// "exhaustive".
     pub strategy: String,
     /// Genomes proposed per generation.
     pub population: usize,
@@ -301,7 +302,7 @@ pub struct SearchSection {
 impl Default for SearchSection {
     fn default() -> Self {
         SearchSection {
-            strategy: "evolution".into(),
+            strategy: "surrogate".into(),
             population: 32,
             elites: 8,
             mutation_share: 0.6,

@@ -65,23 +65,25 @@ impl SearchParams {
     }
 }
 
-/// Which strategy a run uses (the config's `strategy = "evolution"`).
+/// Which strategy a run uses (the config's `strategy = "surrogate"`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StrategyKind {
+    /// Surrogate-assisted evolution ([`crate::Surrogate`]): the default, measured best.
     #[default]
+    Surrogate,
+    /// Elite-guided evolution without a model ([`crate::Evolution`]).
     Evolution,
     Random,
     Exhaustive,
-    Surrogate,
 }
 
 impl StrategyKind {
     pub const ALL: [StrategyKind; 4] = [
+        StrategyKind::Surrogate,
         StrategyKind::Evolution,
         StrategyKind::Random,
         StrategyKind::Exhaustive,
-        StrategyKind::Surrogate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,7 +108,9 @@ impl FromStr for StrategyKind {
         StrategyKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown strategy `{s}`; known: evolution, random, exhaustive"))
+            .ok_or_else(|| {
+                format!("unknown strategy `{s}`; known: surrogate, evolution, random, exhaustive")
+            })
     }
 }
 
