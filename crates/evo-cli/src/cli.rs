@@ -126,7 +126,7 @@ pub enum Command {
         /// Override [search] seed.
         #[arg(long)]
         seed: Option<u64>,
-        /// Override [search] strategy: evolution, random or exhaustive.
+        /// Override [search] strategy: surrogate (the default), evolution, random or exhaustive.
         #[arg(long)]
         strategy: Option<String>,
         /// `gpu` (the default for a new run), or `replay:FILE` to answer from a recorded
