@@ -188,24 +188,8 @@ fn median(mut v: Vec<usize>) -> f64 {
 #[test]
 fn evolution_beats_random_on_a_smooth_landscape() {
     let (space, landscape) = synthetic();
-    let target = 0.98 * landscape.optimum().unwrap();
-    let budget = landscape.len();
-    let needed = |kind: StrategyKind| -> Vec<usize> {
-        (0..20u64)
-            .map(|seed| {
-                let strategy = build(
-                    kind,
-                    SearchParams {
-                        seed,
-                        ..SearchParams::default()
-                    },
-                );
-                let trace = simulate_until(strategy.as_ref(), &space, &landscape, budget, target);
-                // Not reaching it within the whole space counts as one more than that.
-                evaluations_to_reach(&trace, target).unwrap_or(budget + 1)
-            })
-            .collect()
-    };
+    let default_population = SearchParams::default().population;
+    let needed = |kind| needed_over_seeds(kind, &space, &landscape, default_population);
     let evolution = needed(StrategyKind::Evolution);
     let random = needed(StrategyKind::Random);
     let (e, r) = (median(evolution.clone()), median(random.clone()));
@@ -221,6 +205,7 @@ fn needed_over_seeds(
     kind: StrategyKind,
     space: &Space,
     landscape: &evo_search::landscape::Landscape,
+    population: usize,
 ) -> Vec<usize> {
     let target = 0.98 * landscape.optimum().unwrap();
     let budget = landscape.len();
@@ -230,7 +215,7 @@ fn needed_over_seeds(
                 kind,
                 SearchParams {
                     seed,
-                    population: 16,
+                    population,
                     ..SearchParams::default()
                 },
             );
@@ -250,8 +235,8 @@ fn surrogate_beats_evolution_on_the_synthetic_landscape() {
     let space = space
         .with_ordinal(["BLOCK_M", "BLOCK_N", "NUM_WARPS", "STAGES", "UNROLL"].map(String::from))
         .unwrap();
-    let surrogate = needed_over_seeds(StrategyKind::Surrogate, &space, &landscape);
-    let evolution = needed_over_seeds(StrategyKind::Evolution, &space, &landscape);
+    let surrogate = needed_over_seeds(StrategyKind::Surrogate, &space, &landscape, 16);
+    let evolution = needed_over_seeds(StrategyKind::Evolution, &space, &landscape, 16);
     let (s, e) = (median(surrogate.clone()), median(evolution.clone()));
     println!("surrogate median {s}: {surrogate:?}");
     println!("evolution median {e}: {evolution:?}");
@@ -276,11 +261,13 @@ fn surrogate_does_not_care_about_value_order() {
         StrategyKind::Surrogate,
         &space,
         &landscape,
+        16,
     ));
     let backward = median(needed_over_seeds(
         StrategyKind::Surrogate,
         &reversed,
         &landscape,
+        16,
     ));
     println!("surrogate median {forward}, value lists reversed {backward}");
     assert!(
