@@ -23,6 +23,9 @@
 //! winning where both name one (a knob narrowed, a derived value redefined, a knob added).
 //! A `[[launch]]` may set `require_sass` (opcodes like "HGMMA") to replace, for its kernel,
 //! the family's `require_sass` (e.g. `[]` for a combine kernel without tensor-core work).
+//! `[ordinal]` (`KNOB = true`) declares knobs whose value lists are in order (tile sizes,
+//! stages): the search may step along them; integer lists must be ascending or
+//! descending; it merges from a `base` entry by entry (`false` undoes one).
 //!
 //! Files under `templates/common/` are registered as `common/<path>`: `*.tera` files are
 //! templates themselves; anything else (plain `.cuh` headers) is included verbatim, so
