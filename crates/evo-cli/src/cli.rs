@@ -126,7 +126,7 @@ pub enum Command {
         /// Override [search] seed.
         #[arg(long)]
         seed: Option<u64>,
-        /// Override [search] strategy: evolution, random or exhaustive.
+        /// Override [search] strategy: surrogate (the default), evolution, random or exhaustive.
         #[arg(long)]
         strategy: Option<String>,
         /// `gpu` (the default for a new run), or `replay:FILE` to answer from a recorded
@@ -252,13 +252,27 @@ pub enum Command {
         #[command(flatten)]
         target: TargetArgs,
         /// Landscape file (`evo export-landscape`), ideally exhaustive over the space.
+        #[arg(
+            long,
+            required_unless_present = "synthetic",
+            conflicts_with = "synthetic"
+        )]
+        landscape: Option<PathBuf>,
+        /// Instead of a file: this many random landscapes over the config's space
+        /// (per-knob effects, pairwise interactions, noise and failures), seeds each.
         #[arg(long)]
-        landscape: PathBuf,
+        synthetic: Option<u64>,
         #[arg(long, default_value_t = 20)]
         seeds: u64,
         /// Margin below the optimum that counts as reached (0.02: within 2%).
         #[arg(long, default_value_t = 0.02)]
         within: f64,
+        /// Genomes per generation (default: the config's `[search] population`).
+        #[arg(long)]
+        population: Option<usize>,
+        /// Reverse every knob's value list first (a strategy should not care).
+        #[arg(long)]
+        reverse: bool,
     },
     /// Write every evaluated genome of a run with its measurements to a landscape file
     /// for the replay evaluator.

@@ -328,7 +328,8 @@ impl SearchParams {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct SearchSection {
-    /// "evolution", "random" or "exhaustive".
+    /// "surrogate" (surrogate-assisted evolution, the default), "evolution", "random" or
+    /// "exhaustive".
     pub strategy: String,
     /// Population, elites, shares, knob moves, insight weight and seed.
     #[serde(flatten)]
@@ -356,7 +357,7 @@ pub struct SearchSection {
 impl Default for SearchSection {
     fn default() -> Self {
         SearchSection {
-            strategy: "evolution".into(),
+            strategy: "surrogate".into(),
             params: SearchParams::default(),
             seeds: Vec::new(),
             baseline: None,

@@ -66,6 +66,8 @@ pub enum SpaceError {
         value: String,
         allowed: Vec<String>,
     },
+    #[error("`{0}` is declared ordinal but is not a knob; the knobs are {1:?}")]
+    UnknownOrdinal(String, Vec<String>),
 }
 
 /// One knob and the values it may take, in the order the family lists them.
@@ -120,6 +122,9 @@ pub struct Space {
     derived: Vec<(String, Expr)>,
     constraints: Vec<(String, Expr)>,
     contexts: Vec<Vars>,
+    /// Knobs whose value lists are ordered (a tile size, a pipeline depth): neighbours in
+    /// the list are close. The others are categorical.
+    ordinal: BTreeSet<String>,
     valid_indices: OnceLock<Vec<u128>>,
 }
 
@@ -130,6 +135,7 @@ impl Clone for Space {
             derived: self.derived.clone(),
             constraints: self.constraints.clone(),
             contexts: self.contexts.clone(),
+            ordinal: self.ordinal.clone(),
             valid_indices: OnceLock::new(),
         }
     }
@@ -183,8 +189,46 @@ impl Space {
             derived,
             constraints,
             contexts,
+            ordinal: BTreeSet::new(),
             valid_indices: OnceLock::new(),
         })
+    }
+
+    /// The same space with these knobs declared ordinal: their value lists are in order,
+    /// so a search may step along them. Every name must be a knob.
+    pub fn with_ordinal(
+        mut self,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<Space, SpaceError> {
+        for name in names {
+            if self.knob(&name).is_none() {
+                let knobs = self.knobs.iter().map(|k| k.name.clone()).collect();
+                return Err(SpaceError::UnknownOrdinal(name, knobs));
+            }
+            self.ordinal.insert(name);
+        }
+        Ok(self)
+    }
+
+    /// The same space with every knob's value list reversed: the same genomes, enumerated
+    /// and indexed the other way. For checking that a search does not depend on the order
+    /// the values happen to be listed in.
+    pub fn with_reversed_values(&self) -> Space {
+        let mut reversed = self.clone();
+        for knob in &mut reversed.knobs {
+            knob.values.reverse();
+        }
+        reversed
+    }
+
+    /// Whether the knob's values are ordered (see [`Space::with_ordinal`]).
+    pub fn is_ordinal(&self, knob: &str) -> bool {
+        self.ordinal.contains(knob)
+    }
+
+    /// The ordinal knobs, by name.
+    pub fn ordinal(&self) -> &BTreeSet<String> {
+        &self.ordinal
     }
 
     pub fn knobs(&self) -> &[Knob] {
@@ -375,6 +419,22 @@ impl Space {
         error
     }
 
+    /// The index ([`Space::genome_at`]) of every valid genome, ascending. Enumerates the
+    /// raw space on the first call (cost: [`Space::raw_size`] constraint checks) and keeps
+    /// the answer; callers bound the raw size first.
+    pub fn valid_indices(&self) -> &[u128] {
+        self.valid_indices.get_or_init(|| {
+            let mut scope = Scope::new();
+            (0..self.raw_size())
+                .filter(|&i| {
+                    let g = self.genome_at(i);
+                    (0..self.contexts.len())
+                        .all(|c| self.first_rejection(&g, c, &mut scope).is_none())
+                })
+                .collect()
+        })
+    }
+
     /// Valid genomes, lazily, in index order.
     pub fn iter_valid(&self) -> impl Iterator<Item = Genome> + '_ {
         let mut scope = Scope::new();
@@ -494,16 +554,7 @@ impl Space {
             }
         }
         // Valid genomes are rare: enumerate them once and pick among them.
-        let valid = self.valid_indices.get_or_init(|| {
-            let mut scope = Scope::new();
-            (0..raw)
-                .filter(|&i| {
-                    let g = self.genome_at(i);
-                    (0..self.contexts.len())
-                        .all(|c| self.first_rejection(&g, c, &mut scope).is_none())
-                })
-                .collect()
-        });
+        let valid = self.valid_indices();
         if valid.is_empty() {
             None
         } else {
@@ -926,5 +977,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(none.sample(&mut rng), None);
+    }
+
+    #[test]
+    fn ordinal_knobs_valid_indices_and_reversed_values() {
+        let space = space()
+            .with_ordinal(["BLOCK_M".to_string(), "STAGES".to_string()])
+            .unwrap();
+        assert!(space.is_ordinal("BLOCK_M") && !space.is_ordinal("SWIZZLE"));
+        assert_eq!(
+            space
+                .clone()
+                .with_ordinal(["BLOCK".to_string()])
+                .unwrap_err(),
+            SpaceError::UnknownOrdinal(
+                "BLOCK".into(),
+                space.knobs().iter().map(|k| k.name.clone()).collect()
+            )
+        );
+        let valid: Vec<Genome> = space.iter_valid().collect();
+        let indexed: Vec<Genome> = space
+            .valid_indices()
+            .iter()
+            .map(|&i| space.genome_at(i))
+            .collect();
+        assert_eq!(indexed, valid);
+
+        let reversed = space.with_reversed_values();
+        assert_eq!(reversed.ordinal(), space.ordinal());
+        assert_eq!(
+            reversed.knob("BLOCK_M").unwrap().values,
+            [128, 64, 32, 16].map(Value::Int)
+        );
+        let mut back: Vec<Genome> = reversed.iter_valid().collect();
+        back.sort_by_key(|g| g.canonical());
+        let mut forward = valid;
+        forward.sort_by_key(|g| g.canonical());
+        assert_eq!(back, forward, "the same genomes, another order");
+        assert_ne!(reversed.genome_at(0), space.genome_at(0));
     }
 }

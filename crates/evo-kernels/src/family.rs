@@ -23,6 +23,9 @@
 //! winning where both name one (a knob narrowed, a derived value redefined, a knob added).
 //! A `[[launch]]` may set `require_sass` (opcodes like "HGMMA") to replace, for its kernel,
 //! the family's `require_sass` (e.g. `[]` for a combine kernel without tensor-core work).
+//! `[ordinal]` (`KNOB = true`) declares knobs whose value lists are in order (tile sizes,
+//! stages): the search may step along them; integer lists must be ascending or
+//! descending; it merges from a `base` entry by entry (`false` undoes one).
 //!
 //! Files under `templates/common/` are registered as `common/<path>`: `*.tera` files are
 //! templates themselves; anything else (plain `.cuh` headers) is included verbatim, so
@@ -83,6 +86,8 @@ struct RawFamily {
     derived: toml::Table,
     #[serde(default)]
     constraints: toml::Table,
+    #[serde(default)]
+    ordinal: toml::Table,
     launch: Option<toml::Value>,
     #[serde(default)]
     scratch: Vec<RawScratch>,
@@ -162,6 +167,9 @@ pub struct Family {
     /// Tensor-core opcodes (e.g. "HGMMA") the static gate requires in every kernel's SASS.
     pub require_sass: Vec<String>,
     pub knobs: Vec<Knob>,
+    /// Knobs whose value lists are in order (`[ordinal]`), so a search may step along
+    /// them; the others are categorical.
+    pub ordinal: BTreeSet<String>,
     pub derived: Vec<(String, Expr)>,
     pub constraints: Vec<(String, Expr)>,
     /// One rule per kernel, in launch order.
@@ -270,7 +278,7 @@ fn with_base(path: &Path, text: &str) -> Result<Option<toml::Table>, FamilyError
     for (k, v) in std::mem::take(&mut table) {
         // Knobs, derived values and constraints merge entry by entry (this file's win).
         if let (true, toml::Value::Table(entries), Some(toml::Value::Table(into))) = (
-            matches!(k.as_str(), "knobs" | "derived" | "constraints"),
+            matches!(k.as_str(), "knobs" | "derived" | "constraints" | "ordinal"),
             &v,
             base_table.get_mut(&k),
         ) {
@@ -284,6 +292,55 @@ fn with_base(path: &Path, text: &str) -> Result<Option<toml::Table>, FamilyError
     table = base_table;
     table.remove("base");
     Ok(Some(table))
+}
+
+/// The knobs `[ordinal]` declares ordered (`KNOB = true`; `false` undoes a base file's
+/// declaration). An ordinal knob of integers must list them ascending or descending, so
+/// that list order is size order. Errors: (the entry's key, the message).
+fn ordinal_knobs(
+    table: &toml::Table,
+    knobs: &[Knob],
+) -> Result<BTreeSet<String>, (String, String)> {
+    let mut ordinal = BTreeSet::new();
+    for (name, flag) in table {
+        let Some(flag) = flag.as_bool() else {
+            return Err((
+                name.clone(),
+                format!(
+                    "[ordinal] {name} must be true or false, not {}",
+                    flag.type_str()
+                ),
+            ));
+        };
+        let Some(knob) = knobs.iter().find(|k| k.name == *name) else {
+            let close = knobs
+                .iter()
+                .find(|k| evo_core::space::edit_distance(&k.name, name) <= 2)
+                .map(|k| format!(" (did you mean `{}`?)", k.name))
+                .unwrap_or_default();
+            return Err((
+                name.clone(),
+                format!("[ordinal] names `{name}`, which is not a knob{close}"),
+            ));
+        };
+        let ints: Vec<i64> = knob.values.iter().filter_map(Value::as_int).collect();
+        let ascending = ints.windows(2).all(|w| w[0] < w[1]);
+        let descending = ints.windows(2).all(|w| w[0] > w[1]);
+        if flag && !(ascending || descending) {
+            let list: Vec<String> = ints.iter().map(|v| v.to_string()).collect();
+            return Err((
+                name.clone(),
+                format!(
+                    "knob `{name}` is declared ordinal but its values [{}] are not in order; list them ascending or descending",
+                    list.join(", ")
+                ),
+            ));
+        }
+        if flag {
+            ordinal.insert(name.clone());
+        }
+    }
+    Ok(ordinal)
 }
 
 fn tera_message(e: &tera::Error) -> String {
@@ -439,6 +496,9 @@ impl Family {
                 "[knobs] is empty: a family needs at least one knob".into(),
             ));
         }
+
+        let ordinal = ordinal_knobs(&raw.ordinal, &knobs)
+            .map_err(|(key, message)| invalid(Some("ordinal"), &key, message))?;
 
         // Names each kind of expression may read.
         let spec_names: Vec<&str> = problem.spec_vars().iter().map(|v| v.name).collect();
@@ -793,6 +853,7 @@ impl Family {
             min_arch: raw.min_arch,
             require_sass: raw.require_sass,
             knobs,
+            ordinal,
             derived,
             constraints,
             launches,
@@ -816,6 +877,7 @@ impl Family {
             self.constraints.clone(),
             contexts,
         )
+        .and_then(|space| space.with_ordinal(self.ordinal.iter().cloned()))
         .map_err(|e| FamilyError::Invalid {
             path: self.path.clone(),
             line: None,

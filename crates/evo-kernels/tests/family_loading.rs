@@ -648,3 +648,60 @@ fn layout_declarations() {
         .contiguous
         .is_empty());
 }
+
+/// GOOD_TOML with an `[ordinal]` table holding `entries` (its first entry on line 20).
+fn with_ordinal(entries: &str) -> String {
+    GOOD_TOML.replace("[launch]", &format!("[ordinal]\n{entries}\n\n[launch]"))
+}
+
+#[test]
+fn ordinal_knobs_reach_the_space() {
+    let (_dir, root) = tree(&with_ordinal("TILE = true\nMODE = false"), GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    assert_eq!(f.ordinal.iter().collect::<Vec<_>>(), ["TILE"]);
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    assert!(space.is_ordinal("TILE"));
+    assert!(!space.is_ordinal("MODE") && !space.is_ordinal("UNROLL"));
+    // Without the table every knob is categorical.
+    let plain = load(GOOD_TOML, GOOD_TEMPLATE).unwrap();
+    assert!(plain.ordinal.is_empty());
+}
+
+#[test]
+fn ordinal_mistakes_name_the_line() {
+    assert_err(
+        load(&with_ordinal("TILE = true\nTILES = true"), GOOD_TEMPLATE),
+        &[
+            "toy.toml:21",
+            "`TILES`, which is not a knob",
+            "did you mean `TILE`",
+        ],
+    );
+    assert_err(
+        load(&with_ordinal("TILE = 1"), GOOD_TEMPLATE),
+        &["toy.toml:20", "must be true or false, not integer"],
+    );
+    let shuffled = with_ordinal("TILE = true").replace("[16, 32, 64]", "[16, 64, 32]");
+    assert_err(
+        load(&shuffled, GOOD_TEMPLATE),
+        &["toy.toml:20", "[16, 64, 32] are not in order"],
+    );
+    // Descending is an order too.
+    let descending = with_ordinal("TILE = true").replace("[16, 32, 64]", "[64, 32, 16]");
+    assert!(load(&descending, GOOD_TEMPLATE)
+        .unwrap()
+        .ordinal
+        .contains("TILE"));
+}
+
+#[test]
+fn a_derived_family_merges_and_undoes_ordinal_entries() {
+    let (_dir, root) = tree(&with_ordinal("TILE = true\nMODE = true"), GOOD_TEMPLATE);
+    std::fs::write(
+        root.join("gemm/toy2.toml"),
+        "base = \"toy.toml\"\nname = \"toy2\"\n[ordinal]\nMODE = false\n",
+    )
+    .unwrap();
+    let f = Family::load(&root, "gemm", "toy2").unwrap();
+    assert_eq!(f.ordinal.iter().collect::<Vec<_>>(), ["TILE"]);
+}

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 
 use evo_core::{Expr, Genome, GenomeHash, Knob, Space, Value};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::history::{History, Outcome};
 use crate::strategy::Strategy;
@@ -217,6 +219,101 @@ pub fn synthetic() -> (Space, Landscape) {
         (!spills && !compile_failure).then_some(2.0 / (1.0 + q))
     });
     (space, landscape)
+}
+
+/// A random landscape over any space, for checking a strategy on landscapes it was not
+/// tuned on: ln(fitness) is a sum of per-knob effects, pairwise interactions and noise,
+/// and some genomes fail. Deterministic in `seed`.
+///
+/// * An ordinal knob with more than two values gets a smooth effect: a downward parabola
+///   over its list positions, curvature up to 1.6 between the ends, peak anywhere.
+///   Any other knob gets independent effects per value, N(0, s²), s up to 0.25.
+/// * Each pair of knobs interacts with probability 0.3: an effect per value pair,
+///   N(0, 0.15²).
+/// * Each pair of knobs has, with probability 0.1, failing value pairs (each with
+///   probability 0.15): a genome combining one fails, like a compile or static rejection.
+/// * Every genome fails with probability 0.05 (by hash), and the rest get noise
+///   N(0, 0.02²) in ln(fitness), fixed per genome like a recorded measurement.
+pub fn random_landscape(space: &Space, seed: u64) -> Landscape {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let knobs = space.knobs();
+    let mut main: Vec<Vec<f64>> = Vec::new();
+    for k in knobs {
+        let n = k.values.len();
+        if space.is_ordinal(&k.name) && n > 2 {
+            let curvature = 1.6 * rng.random::<f64>();
+            let peak = rng.random::<f64>() * (n - 1) as f64;
+            main.push(
+                (0..n)
+                    .map(|i| -curvature * ((i as f64 - peak) / (n - 1) as f64).powi(2))
+                    .collect(),
+            );
+        } else {
+            let s = 0.25 * rng.random::<f64>();
+            main.push((0..n).map(|_| s * normal(&mut rng)).collect());
+        }
+    }
+    let table = |rng: &mut ChaCha8Rng,
+                 a: usize,
+                 b: usize,
+                 mut f: Box<dyn FnMut(&mut ChaCha8Rng) -> f64>|
+     -> Vec<Vec<f64>> {
+        (0..knobs[a].values.len())
+            .map(|_| (0..knobs[b].values.len()).map(|_| f(rng)).collect())
+            .collect()
+    };
+    let mut pairs = Vec::new();
+    let mut failing = Vec::new();
+    for a in 0..knobs.len() {
+        for b in a + 1..knobs.len() {
+            if rng.random::<f64>() < 0.3 {
+                pairs.push((a, b, table(&mut rng, a, b, Box::new(|r| 0.15 * normal(r)))));
+            }
+            if rng.random::<f64>() < 0.1 {
+                let cells = table(
+                    &mut rng,
+                    a,
+                    b,
+                    Box::new(|r| f64::from(u8::from(r.random::<f64>() < 0.15))),
+                );
+                failing.push((a, b, cells));
+            }
+        }
+    }
+    let salt: u64 = rng.random();
+    Landscape::from_fn(space, |g| {
+        let pos: Vec<usize> = knobs
+            .iter()
+            .map(|k| {
+                k.values
+                    .iter()
+                    .position(|v| Some(v) == g.get(&k.name))
+                    .unwrap_or(0)
+            })
+            .collect();
+        if failing.iter().any(|(a, b, t)| t[pos[*a]][pos[*b]] > 0.0) {
+            return None;
+        }
+        let hash = u64::from_str_radix(&g.hash().0, 16).unwrap_or(0);
+        let mut own = ChaCha8Rng::seed_from_u64(hash ^ salt);
+        if own.random::<f64>() < 0.05 {
+            return None;
+        }
+        let value = pos.iter().zip(&main).map(|(p, m)| m[*p]).sum::<f64>()
+            + pairs
+                .iter()
+                .map(|(a, b, t)| t[pos[*a]][pos[*b]])
+                .sum::<f64>()
+            + 0.02 * normal(&mut own);
+        Some(value.exp())
+    })
+}
+
+/// A standard normal draw (Box–Muller), from the RNG's stream alone.
+fn normal(rng: &mut impl Rng) -> f64 {
+    let u1 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! evo-search: decides which genomes a run evaluates next.
 //!
-//! Three strategies share one interface, [`Strategy`]: elite-guided [`Evolution`]
+//! Four strategies share one interface, [`Strategy`]: [`Surrogate`] (the default:
+//! surrogate-assisted evolution, a random-forest cost model fitted to the run's own
+//! measurements ranks children bred from the elites), elite-guided [`Evolution`]
 //! (mutation and crossover of the top-K genomes, biased by per-knob [`Insights`]), and
 //! [`Random`] and [`Exhaustive`] for comparison. [`landscape`] runs a strategy against
 //! known fitness values, to measure search quality without a GPU.
@@ -25,11 +27,13 @@
 //! [`Outcome`]). Determinism holds for the same space, parameters, seeds and
 //! `Cargo.lock` (a `rand` upgrade may change the draws, never their validity).
 
+pub mod forest;
 pub mod history;
 pub mod insights;
 pub mod landscape;
 pub mod params;
 pub mod strategy;
+pub mod surrogate;
 
 pub use history::{History, Outcome, Record};
 pub use insights::{Insights, KnobInsight, ValueInsight};
@@ -38,6 +42,7 @@ pub use strategy::{
     build, crossover, generation_rng, mutate, mutation_weights, Evolution, Exhaustive, Origin,
     Proposal, Random, Strategy,
 };
+pub use surrogate::Surrogate;
 
 use std::collections::BTreeSet;
 

@@ -9,18 +9,22 @@ use serde::{Deserialize, Serialize};
 /// parameters of a config, defined once in evo-core.
 pub use evo_core::config::SearchParams;
 
-/// Which strategy a run uses (the config's `strategy = "evolution"`).
+/// Which strategy a run uses (the config's `strategy = "surrogate"`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StrategyKind {
+    /// Surrogate-assisted evolution ([`crate::Surrogate`]): the default, measured best.
     #[default]
+    Surrogate,
+    /// Elite-guided evolution without a model ([`crate::Evolution`]).
     Evolution,
     Random,
     Exhaustive,
 }
 
 impl StrategyKind {
-    pub const ALL: [StrategyKind; 3] = [
+    pub const ALL: [StrategyKind; 4] = [
+        StrategyKind::Surrogate,
         StrategyKind::Evolution,
         StrategyKind::Random,
         StrategyKind::Exhaustive,
@@ -31,6 +35,7 @@ impl StrategyKind {
             StrategyKind::Evolution => "evolution",
             StrategyKind::Random => "random",
             StrategyKind::Exhaustive => "exhaustive",
+            StrategyKind::Surrogate => "surrogate",
         }
     }
 }
@@ -47,7 +52,9 @@ impl FromStr for StrategyKind {
         StrategyKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown strategy `{s}`; known: evolution, random, exhaustive"))
+            .ok_or_else(|| {
+                format!("unknown strategy `{s}`; known: surrogate, evolution, random, exhaustive")
+            })
     }
 }
 

@@ -61,6 +61,7 @@ pub fn build(kind: StrategyKind, params: SearchParams) -> Box<dyn Strategy> {
         StrategyKind::Evolution => Box::new(Evolution::new(params)),
         StrategyKind::Random => Box::new(Random::new(params)),
         StrategyKind::Exhaustive => Box::new(Exhaustive::new(params)),
+        StrategyKind::Surrogate => Box::new(crate::surrogate::Surrogate::new(params)),
     }
 }
 
@@ -93,17 +94,17 @@ const CROSSOVER_PAIRS: usize = 8;
 
 /// The proposals of one call under construction: checks validity and novelty against the
 /// history and the proposals already made.
-struct Batch<'a> {
+pub(crate) struct Batch<'a> {
     space: &'a Space,
     history: &'a History,
     taken: BTreeSet<GenomeHash>,
-    proposals: Vec<Proposal>,
+    pub(crate) proposals: Vec<Proposal>,
     /// Raw indices of the valid genomes, once this call has had to enumerate them.
     valid_indices: Option<Vec<u128>>,
 }
 
 impl<'a> Batch<'a> {
-    fn new(space: &'a Space, history: &'a History) -> Self {
+    pub(crate) fn new(space: &'a Space, history: &'a History) -> Self {
         Batch {
             space,
             history,
@@ -150,12 +151,17 @@ impl<'a> Batch<'a> {
     }
 
     /// Whether `genome` could be proposed now: valid and new.
-    fn admissible(&self, genome: &Genome) -> bool {
+    pub(crate) fn admissible(&self, genome: &Genome) -> bool {
         self.is_new(&genome.hash()) && self.space.is_valid(genome)
     }
 
     /// Adds the proposal if admissible.
-    fn push(&mut self, genome: Genome, parents: Vec<GenomeHash>, origin: Origin) -> bool {
+    pub(crate) fn push(
+        &mut self,
+        genome: Genome,
+        parents: Vec<GenomeHash>,
+        origin: Origin,
+    ) -> bool {
         if !self.admissible(&genome) {
             return false;
         }
@@ -168,13 +174,13 @@ impl<'a> Batch<'a> {
         true
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.proposals.len()
     }
 
     /// The seeds not yet seen, in the order given, up to `limit` in all. Invalid seeds
     /// are skipped: the orchestrator reports them when it loads the config.
-    fn add_seeds(&mut self, seeds: &[Genome], limit: usize) {
+    pub(crate) fn add_seeds(&mut self, seeds: &[Genome], limit: usize) {
         for seed in seeds {
             if self.len() >= limit {
                 break;
@@ -184,7 +190,7 @@ impl<'a> Batch<'a> {
     }
 
     /// Adds up to `count` uniformly random valid new genomes.
-    fn add_random(&mut self, count: usize, rng: &mut impl Rng) {
+    pub(crate) fn add_random(&mut self, count: usize, rng: &mut impl Rng) {
         let target = self.len() + count;
         let mut misses = 0;
         while self.len() < target && misses < RANDOM_MISSES {

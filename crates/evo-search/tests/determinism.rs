@@ -60,7 +60,11 @@ fn seeds() -> Vec<Genome> {
 #[test]
 fn same_seed_same_run_and_resume_continues_exactly() {
     let (space, landscape) = synthetic();
-    for kind in [StrategyKind::Evolution, StrategyKind::Random] {
+    for kind in [
+        StrategyKind::Surrogate,
+        StrategyKind::Evolution,
+        StrategyKind::Random,
+    ] {
         let strategy = build(kind, params(42));
         let (first, rows) = run(
             strategy.as_ref(),
@@ -80,7 +84,7 @@ fn same_seed_same_run_and_resume_continues_exactly() {
         );
         assert_eq!(first, second, "{kind}: same seed, same proposals");
         assert!(first.iter().all(|g| g.len() == 16));
-        if kind == StrategyKind::Evolution {
+        if kind != StrategyKind::Random {
             // Breeding really happened, so the check covers more than random draws.
             let bred = first[5..]
                 .iter()

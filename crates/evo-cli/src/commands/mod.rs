@@ -175,9 +175,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::SearchQuality {
             target,
             landscape: file,
+            synthetic,
             seeds,
             within,
-        } => landscape::quality(templates, target, file, *seeds, *within, cli.json),
+            population,
+            reverse,
+        } => landscape::quality(
+            templates,
+            target,
+            &landscape::QualityOptions {
+                file: file.clone(),
+                synthetic: *synthetic,
+                seeds: *seeds,
+                within: *within,
+                population: *population,
+                reverse: *reverse,
+            },
+            cli.json,
+        ),
         Command::Baseline {
             action: crate::cli::BaselineAction::Import { file, run, db },
         } => search::import_baseline(file, run, db),
