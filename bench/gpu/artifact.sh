@@ -83,8 +83,13 @@ step "example.cpp (kernel.h from C++)"
   if [ -z "$CXX" ] || [ ! -f "$INCLUDE/cuda.h" ] || [ -z "$LIBCUDA" ]; then
     echo "example.cpp: cannot build here (a C++ compiler, cuda.h and libcuda.so.1 are needed)"
   else
-    case "$CXX" in *nvcc) FLAGS="-std=c++17 -O2" ;; *) FLAGS="-std=c++17 -O2 -Wall" ;; esac
-    if $CXX $FLAGS -I "$ART" -I "$INCLUDE" "$ART/example.cpp" -o "$OUT/example" "$LIBCUDA"; then
+    # nvcc takes no bare library path ("Don't know what to do with libcuda.so.1" on the
+    # H100): it links -lcuda from the toolkit's stubs; g++ links the driver's file.
+    case "$CXX" in
+      *nvcc) FLAGS="-std=c++17 -O2"; LINK="-lcuda" ;;
+      *) FLAGS="-std=c++17 -O2 -Wall"; LINK="$LIBCUDA" ;;
+    esac
+    if $CXX $FLAGS -I "$ART" -I "$INCLUDE" "$ART/example.cpp" -o "$OUT/example" $LINK; then
       for v in $(python3 -c "import json, sys; print(' '.join(v['name'] for v in json.load(open(sys.argv[1]))['variants']))" "$ART/manifest.json"); do
         timeout 60 "$OUT/example" "$ART" "$v"
         echo "example $v exit: $?"

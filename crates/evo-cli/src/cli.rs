@@ -301,6 +301,11 @@ pub enum Command {
         /// Replace an earlier artifact in --out.
         #[arg(long)]
         force: bool,
+        /// Export genomes that have not been through compute-sanitizer (no GPU or no
+        /// compute-sanitizer here); the manifest says so. Without it such an export is
+        /// refused, and a genome the sanitizers were never run on is sanitized first.
+        #[arg(long)]
+        unsanitized: bool,
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
     },

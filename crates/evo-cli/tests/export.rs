@@ -211,7 +211,7 @@ fn export_writes_a_complete_artifact() {
     let ids = fixture(&db);
     let out = tmp.path().join("art");
     let o = evo(&db)
-        .args(["export", "night", "--out"])
+        .args(["export", "--unsanitized", "night", "--out"])
         .arg(&out)
         .assert()
         .success();
@@ -415,7 +415,7 @@ fn export_writes_a_complete_artifact() {
 
     // --force replaces it; without it, a non-empty folder is refused.
     let e = evo(&db)
-        .args(["export", "night", "--out"])
+        .args(["export", "--unsanitized", "night", "--out"])
         .arg(&out)
         .assert()
         .failure();
@@ -425,7 +425,13 @@ fn export_writes_a_complete_artifact() {
         "{err}"
     );
     evo(&db)
-        .args(["export", &ids["second"].to_string(), "--force", "--out"])
+        .args([
+            "export",
+            "--unsanitized",
+            &ids["second"].to_string(),
+            "--force",
+            "--out",
+        ])
         .arg(&out)
         .assert()
         .success();
@@ -962,7 +968,7 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
     fixture(&db);
     let out = tmp.path().join("art");
     evo(&db)
-        .args(["export", "night", "--per-shape", "--out"])
+        .args(["export", "--unsanitized", "night", "--per-shape", "--out"])
         .arg(&out)
         .assert()
         .success();
@@ -1154,7 +1160,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
     );
     let out = tmp.path().join("art");
     evo(&db)
-        .args(["export", "split", "--out"])
+        .args(["export", "--unsanitized", "split", "--out"])
         .arg(&out)
         .assert()
         .success();
@@ -1228,7 +1234,7 @@ fn export_of_a_family_with_tensor_map_arguments() {
     one_genome_run(&db, "hopper", "sdpa_wgmma", "sdpa_fwd_wgmma", W, &shapes());
     let out = tmp.path().join("art");
     evo(&db)
-        .args(["export", "hopper", "--out"])
+        .args(["export", "--unsanitized", "hopper", "--out"])
         .arg(&out)
         .assert()
         .success();
@@ -1273,6 +1279,109 @@ fn export_of_a_family_with_tensor_map_arguments() {
     assert!(stdout.contains("manifest: consistent"), "{stdout}");
 }
 
+/// Stores `verdict` (the sanitizer gate's JSON, as a run stores it) for `candidate`.
+fn store_sanitizer_verdict(db: &Path, candidate: i64, verdict: Json) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(db.to_str().unwrap()).await.unwrap();
+        let profile = evo_store::NewProfile {
+            tool: "sanitizer".into(),
+            shape: None,
+            metrics: verdict,
+        };
+        store
+            .insert_profile(evo_store::CandidateId(candidate), &profile)
+            .await
+            .unwrap();
+        store.close().await;
+    })
+}
+
+/// Nothing leaves evo without the sanitizer gate: a stored finding refuses the export
+/// (even with --unsanitized), a stored clean verdict exports and says `clean`; with no
+/// verdict and no GPU here the export is refused with what to do, and --unsanitized
+/// exports with `not run: <why>` in the manifest and a note.
+#[test]
+fn export_needs_the_sanitizer_gate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    let out = tmp.path().join("art");
+    let export = |args: &[&str]| {
+        let mut c = evo(&db);
+        c.arg("export")
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .arg("--force");
+        c.assert()
+    };
+    let (best, second) = (ids["best"].to_string(), ids["second"].to_string());
+    store_sanitizer_verdict(
+        &db,
+        ids["best"],
+        serde_json::json!({"verdict": "finding", "finding": "compute-sanitizer racecheck reports 4 error(s)", "reports": []}),
+    );
+    for args in [vec![best.as_str()], vec![best.as_str(), "--unsanitized"]] {
+        let a = export(&args).failure();
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(
+            err.contains("fails the sanitizer gate") && err.contains("racecheck reports 4"),
+            "{args:?}: {err}"
+        );
+        assert!(!out.join("manifest.json").exists());
+    }
+    store_sanitizer_verdict(
+        &db,
+        ids["second"],
+        serde_json::json!({"verdict": "clean", "reports": []}),
+    );
+    export(&[&second]).success();
+    let m = manifest(&out);
+    for v in m["variants"].as_array().unwrap() {
+        assert_eq!(v["sanitizer"], "clean", "{v}");
+    }
+    // Run `night`'s best has a finding: export of the run itself is refused too.
+    let a = export(&["night"]).failure();
+    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("fails the sanitizer gate"));
+    // A fresh database: no verdict at all.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let db2 = tmp2.path().join("population.db");
+    fixture(&db2);
+    let out2 = tmp2.path().join("art");
+    if evo_gpu::device::probe().is_ok_and(|i| !i.devices.is_empty()) {
+        eprintln!("skipped the no-GPU refusal: this machine has a GPU (the export would sanitize)");
+    } else {
+        let a = evo(&db2)
+            .args(["export", "night", "--out"])
+            .arg(&out2)
+            .assert()
+            .failure();
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(
+            err.contains("has not been through compute-sanitizer") && err.contains("--unsanitized"),
+            "{err}"
+        );
+        assert!(!out2.exists());
+        let a = evo(&db2)
+            .args(["export", "night", "--unsanitized", "--out"])
+            .arg(&out2)
+            .assert()
+            .success();
+        let stderr = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(
+            stderr.contains("note: candidate") && stderr.contains("without the sanitizer gate"),
+            "{stderr}"
+        );
+        for v in manifest(&out2)["variants"].as_array().unwrap() {
+            assert!(
+                v["sanitizer"].as_str().unwrap().starts_with("not run: "),
+                "{v}"
+            );
+        }
+    }
+}
+
 #[test]
 fn export_refuses_what_it_cannot_freeze() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1304,7 +1413,7 @@ fn export_refuses_what_it_cannot_freeze() {
     refuse(&[&ids["best"].to_string(), "--per-shape"], "give a run");
     let a = Command::cargo_bin("evo")
         .unwrap()
-        .args(["export", "night", "--db"])
+        .args(["export", "--unsanitized", "night", "--db"])
         .arg(tmp.path().join("missing.db"))
         .arg("--out")
         .arg(&out)
@@ -1440,7 +1549,14 @@ fn per_shape_export_over_two_runs_of_two_families() {
     );
     let out = tmp.path().join("art");
     let o = evo(&db)
-        .args(["export", "night", "hopper", "--per-shape", "--out"])
+        .args([
+            "export",
+            "--unsanitized",
+            "night",
+            "hopper",
+            "--per-shape",
+            "--out",
+        ])
         .arg(&out)
         .assert()
         .success();

@@ -202,6 +202,34 @@ impl Pool {
         result
     }
 
+    /// Runs `work` (blocking, on a thread of its own) with the GPU of the next free worker
+    /// and that worker's program, the worker kept idle meanwhile: a tool that launches
+    /// kernels in its own process (compute-sanitizer) never shares a GPU with a timing.
+    pub async fn with_idle_gpu<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(u32, PathBuf) -> T + Send + 'static,
+    ) -> T {
+        let index = self
+            .free_rx
+            .lock()
+            .await
+            .recv()
+            .await
+            .expect("pool owns a sender");
+        let result = {
+            let mut slot = self.slots[index].lock().await;
+            let (gpu, program) = (slot.gpu, slot.command.program.clone());
+            let began = std::time::Instant::now();
+            let r = tokio::task::spawn_blocking(move || work(gpu, program))
+                .await
+                .expect("tool thread");
+            slot.busy += began.elapsed();
+            r
+        };
+        let _ = self.free_tx.send(index);
+        result
+    }
+
     /// Asks every worker to stop, then kills those that do not.
     pub async fn shutdown(&self) {
         for s in &self.slots {

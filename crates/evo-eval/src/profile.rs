@@ -170,6 +170,63 @@ pub fn sanitize(
     })
 }
 
+/// The sanitizer gate's word on a whole variant (every specialization), as a run stores
+/// it (a `sanitizer` profile of the candidate) and an export reads it back.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum SanitizerVerdict {
+    /// Every tool came back clean on every specialization.
+    Clean { reports: Vec<SanitizerReport> },
+    /// A tool found something (or failed on the variant): the first finding in words.
+    Finding {
+        finding: String,
+        reports: Vec<SanitizerReport>,
+    },
+    /// The gate could not run here (no compute-sanitizer, a file that could not be
+    /// written): why. Says nothing about the variant.
+    NotRun { reason: String },
+}
+
+impl SanitizerVerdict {
+    /// The profile tool name a run stores the verdict under.
+    pub const PROFILE_TOOL: &'static str = "sanitizer";
+
+    /// compute-sanitizer's three tools on each specialization of one variant in turn
+    /// (`exe run-once` on GPU `gpu`), stopping at the first finding.
+    pub fn of(exe: &Path, problem: &dyn Problem, candidates: &[Candidate], gpu: u32) -> Self {
+        let mut reports = Vec::new();
+        for c in candidates {
+            match sanitize(exe, problem, c, gpu) {
+                Err(reason) => return SanitizerVerdict::NotRun { reason },
+                Ok(r) if r.skipped() => {
+                    return SanitizerVerdict::NotRun {
+                        reason: "compute-sanitizer was not found on PATH or in /usr/local/cuda/bin"
+                            .into(),
+                    }
+                }
+                Ok(r) => {
+                    let finding = r.finding();
+                    reports.push(r);
+                    if let Some(finding) = finding {
+                        return SanitizerVerdict::Finding { finding, reports };
+                    }
+                }
+            }
+        }
+        SanitizerVerdict::Clean { reports }
+    }
+
+    /// Wall time of the tools, seconds.
+    pub fn seconds(&self) -> f64 {
+        match self {
+            SanitizerVerdict::Clean { reports } | SanitizerVerdict::Finding { reports, .. } => {
+                reports.iter().map(|r| r.seconds).sum()
+            }
+            SanitizerVerdict::NotRun { .. } => 0.0,
+        }
+    }
+}
+
 fn tempfile_dir() -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!(
         "evo-sanitize-{}-{}",

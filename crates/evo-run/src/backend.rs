@@ -9,6 +9,7 @@ use std::time::Instant;
 use evo_core::{Gate, Genome, ShapeMeasurement, Status, Target, Vars};
 use evo_eval::landscape::Landscape;
 use evo_eval::pipeline::{family_candidates, Evaluator, GateSettings, Verdict};
+use evo_eval::profile::SanitizerVerdict;
 use evo_eval::protocol::ShapeResult;
 use evo_gpu::device::DriverInfo;
 use evo_gpu::Compiler;
@@ -231,6 +232,28 @@ impl GpuBackend {
     }
 }
 
+impl GpuBackend {
+    /// The sanitizer gate on `genome` (every specialization, on its smallest shape of some
+    /// size), on a GPU no worker is using meanwhile.
+    pub async fn sanitize(&self, genome: &Genome) -> SanitizerVerdict {
+        let c = &self.context;
+        let candidates = match family_candidates(&c.family, &c.space, &c.specs, genome, &self.edges)
+        {
+            Ok(c) => c,
+            Err(e) => {
+                return SanitizerVerdict::NotRun {
+                    reason: format!("the genome does not render: {e}"),
+                }
+            }
+        };
+        let problem = c.family.problem;
+        self.evaluator
+            .pool
+            .with_idle_gpu(move |gpu, exe| SanitizerVerdict::of(&exe, problem, &candidates, gpu))
+            .await
+    }
+}
+
 /// A shape's record from the worker's report: the timing, and the worst error of any
 /// trial.
 fn measurement(s: &ShapeResult) -> ShapeMeasurement {
@@ -331,6 +354,16 @@ impl Backend {
                 Some(replay(landscape, genome, started))
             }
             Backend::Gpu(b) => b.evaluate(id, genome, stop).await,
+        }
+    }
+
+    /// The sanitizer gate on `genome`; the replay evaluator has no kernels to run.
+    pub async fn sanitize(&self, genome: &Genome) -> SanitizerVerdict {
+        match self {
+            Backend::Gpu(b) => b.sanitize(genome).await,
+            Backend::Replay { .. } => SanitizerVerdict::NotRun {
+                reason: "the replay evaluator runs no kernels".into(),
+            },
         }
     }
 

@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use evo_core::Genome;
-use evo_store::{CandidateId, GpuBusy, HostStats, RunStatus, StoreError};
+use evo_core::{Gate, Genome, Status};
+use evo_eval::profile::SanitizerVerdict;
+use evo_store::{
+    CandidateId, CandidateResult, GpuBusy, HostStats, NewProfile, RunStatus, StoreError,
+};
 use tokio::task::JoinSet;
 
-use crate::backend::GenomeResult;
+use crate::backend::{Backend, GenomeResult};
 use crate::baseline::Baseline;
 use crate::budget::Budget;
 use crate::error::{Result, ResultExt};
@@ -32,6 +35,11 @@ pub(crate) struct Tally {
     pub advanced: u32,
     /// Results refused because the lease had gone to another host.
     pub lost: u64,
+    /// The best fitness this host knows of in the run: a result above it goes through
+    /// the sanitizer gate before it is recorded.
+    pub best: Option<f64>,
+    /// Whether the user was told that the sanitizer gate cannot run here.
+    pub sanitizer_unavailable_said: bool,
 }
 
 impl Tally {
@@ -71,6 +79,9 @@ impl Run {
         let mut tally = Tally::default();
         let baseline = self.baseline(&host.stop, progress).await?;
         tally.gpu_ms += baseline.gpu_ms;
+        tally.best = history_of(&self.store.candidates(self.id).await?)?
+            .best()
+            .and_then(|r| r.fitness());
         let heartbeat = self.heartbeat();
         let shift = Shift {
             host: &host,
@@ -215,6 +226,13 @@ impl Run {
         );
         let mut row = result_row(&r, fitness);
         row.status = status;
+        let sanitizer = match fitness {
+            Some(f) if tally.best.is_none_or(|b| f > b) => {
+                self.sanitize_new_best(genome, &mut row, shift, tally).await
+            }
+            _ => None,
+        };
+        let (status, fitness) = (row.status, row.fitness);
         let recorded = tally
             .db(self
                 .store
@@ -229,6 +247,17 @@ impl Run {
             }
             Err(e) => return Err(e.into()),
         }
+        if let Some(verdict) = sanitizer {
+            let profile = NewProfile {
+                tool: SanitizerVerdict::PROFILE_TOOL.into(),
+                shape: None,
+                metrics: serde_json::to_value(&verdict).expect("serializes"),
+            };
+            tally.db(self.store.insert_profile(id, &profile)).await?;
+        }
+        if fitness.is_some_and(|f| tally.best.is_none_or(|b| f > b)) {
+            tally.best = fitness;
+        }
         tally.evaluated += 1;
         tally.gpu_ms += r.gpu_ms;
         *tally.by_status.entry(status.name()).or_default() += 1;
@@ -241,6 +270,47 @@ impl Run {
         });
         tracing::info!(genome = %genome.canonical(), status = status.name(), fitness = ?fitness, "evaluated");
         Ok(())
+    }
+
+    /// The sanitizer gate on a result about to become the run's best (GPU evaluator only):
+    /// a finding makes `row` incorrect at the sanitizer gate with the tool's words. The
+    /// verdict, to store as the candidate's `sanitizer` profile.
+    async fn sanitize_new_best(
+        &self,
+        genome: &Genome,
+        row: &mut CandidateResult,
+        shift: &Shift<'_>,
+        tally: &mut Tally,
+    ) -> Option<SanitizerVerdict> {
+        if !matches!(self.backend.as_ref(), Backend::Gpu(_)) {
+            return None;
+        }
+        let verdict = self.backend.sanitize(genome).await;
+        tally.gpu_ms += verdict.seconds() * 1e3;
+        match &verdict {
+            SanitizerVerdict::Clean { .. } => {
+                tracing::info!(genome = %genome.canonical(), seconds = verdict.seconds(), "new best is sanitizer-clean");
+            }
+            SanitizerVerdict::Finding { finding, .. } => {
+                shift.progress.note(&format!(
+                    "{} would have been the best so far; the sanitizer gate rejects it: {finding}",
+                    genome.canonical()
+                ));
+                row.status = Status::Incorrect;
+                row.gate = Some(Gate::Sanitizer);
+                row.detail = Some(finding.clone());
+                row.fitness = None;
+            }
+            SanitizerVerdict::NotRun { reason } => {
+                if !tally.sanitizer_unavailable_said {
+                    tally.sanitizer_unavailable_said = true;
+                    shift.progress.note(&format!(
+                        "the sanitizer gate cannot run here ({reason}): new bests are recorded unsanitized, and `evo export` sanitizes before it writes"
+                    ));
+                }
+            }
+        }
+        Some(verdict)
     }
 
     /// Stops the workers, records this host's counters and releases its leases; marks

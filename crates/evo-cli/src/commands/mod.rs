@@ -224,6 +224,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out,
             per_shape,
             force,
+            unsanitized,
             db,
         } => crate::export::export(crate::export::ExportOptions {
             what,
@@ -231,6 +232,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             db,
             per_shape: *per_shape,
             force: *force,
+            unsanitized: *unsanitized,
             templates,
             json: cli.json,
         }),

@@ -161,6 +161,11 @@ pub struct Variant {
     /// options are the measured ones; `false` means the template, the options or the
     /// CUDA include path differ from the search's machine (see the export's note).
     pub compile_key_matches_search: Option<bool>,
+    /// The sanitizer gate (compute-sanitizer memcheck, racecheck and synccheck on every
+    /// specialization of the genome): `clean`, or `not run: <why>` for an export with
+    /// `--unsanitized`. Absent in artifacts written before the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sanitizer: Option<String>,
     /// The measurements of this genome on the shapes of this specialization.
     pub shapes: Vec<ShapeRecord>,
 }

@@ -44,6 +44,8 @@ pub struct ExportOptions<'a> {
     pub db: &'a str,
     pub per_shape: bool,
     pub force: bool,
+    /// Export genomes the sanitizer gate has not passed (it cannot run here).
+    pub unsanitized: bool,
     pub templates: Option<&'a Path>,
     pub json: bool,
 }
@@ -209,6 +211,88 @@ struct Built {
     cubin: Vec<u8>,
 }
 
+/// The sanitizer gate before a genome leaves evo: the verdict the run stored (a search
+/// sanitizes each new best), else compute-sanitizer now on this machine's GPU 0 (stored
+/// for the next export). A finding refuses the export; so does a gate that cannot run
+/// here, unless `unsanitized` (then a note says so). Returns the manifest's word.
+async fn sanitizer_gate(
+    store: &Store,
+    l: &Loaded,
+    c: &Candidate,
+    unsanitized: bool,
+    notes: &mut Vec<String>,
+) -> Result<String> {
+    use evo_eval::profile::SanitizerVerdict;
+    let stored = store
+        .profiles(c.id)
+        .await?
+        .into_iter()
+        .rev()
+        .filter(|p| p.tool == SanitizerVerdict::PROFILE_TOOL)
+        .find_map(|p| serde_json::from_value::<SanitizerVerdict>(p.metrics).ok())
+        .filter(|v| !matches!(v, SanitizerVerdict::NotRun { .. }));
+    let genome = c.parse_genome()?;
+    let verdict = match stored {
+        Some(v) => v,
+        None => {
+            let here = match evo_gpu::device::probe() {
+                Ok(info) if !info.devices.is_empty() => {
+                    let candidates = evo_eval::pipeline::family_candidates(
+                        &l.family,
+                        &l.space,
+                        &l.specs,
+                        &genome,
+                        &l.edge_shapes(),
+                    )
+                    .map_err(|e| anyhow!("genome of candidate {}: {e}", c.id))?;
+                    let exe = std::env::current_exe().context("finding the evo executable")?;
+                    let problem = l.family.problem;
+                    tokio::task::spawn_blocking(move || {
+                        SanitizerVerdict::of(&exe, problem, &candidates, 0)
+                    })
+                    .await
+                    .context("the sanitizer thread")?
+                }
+                Ok(_) => SanitizerVerdict::NotRun {
+                    reason: "the driver sees no GPU".into(),
+                },
+                Err(e) => SanitizerVerdict::NotRun {
+                    reason: format!("no GPU here ({e})"),
+                },
+            };
+            if !matches!(here, SanitizerVerdict::NotRun { .. }) {
+                let profile = evo_store::NewProfile {
+                    tool: SanitizerVerdict::PROFILE_TOOL.into(),
+                    shape: None,
+                    metrics: serde_json::to_value(&here)?,
+                };
+                store.insert_profile(c.id, &profile).await?;
+            }
+            here
+        }
+    };
+    match verdict {
+        SanitizerVerdict::Clean { .. } => Ok("clean".into()),
+        SanitizerVerdict::Finding { finding, .. } => bail!(
+            "candidate {} ({}) fails the sanitizer gate: {finding}; it is not exported",
+            c.id,
+            genome.canonical()
+        ),
+        SanitizerVerdict::NotRun { reason } if unsanitized => {
+            notes.push(format!(
+                "candidate {} is exported without the sanitizer gate ({reason}); the manifest says `not run`",
+                c.id
+            ));
+            Ok(format!("not run: {reason}"))
+        }
+        SanitizerVerdict::NotRun { reason } => bail!(
+            "candidate {} ({}) has not been through compute-sanitizer (memcheck, racecheck, synccheck) and it cannot run here: {reason}. Export on a machine with a GPU and compute-sanitizer, or pass --unsanitized to export it anyway (the manifest records it)",
+            c.id,
+            genome.canonical()
+        ),
+    }
+}
+
 fn build_variant(
     run: &str,
     l: &Loaded,
@@ -336,6 +420,7 @@ fn build_variant(
         resources: compiled.kernels.clone(),
         tensor_ops,
         compile_key_matches_search: search_key.map(|k| k == compiled.key),
+        sanitizer: None,
         compile_key: compiled.key.clone(),
         shapes,
     };
@@ -745,11 +830,20 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
         choose_best(&inputs[0], picked.is_some())
     };
 
+    let mut sanitized: BTreeMap<i64, String> = BTreeMap::new();
+    for (r, ci, _, _) in &chosen {
+        let input = &inputs[*r];
+        let c = &input.timed[*ci].0;
+        if !sanitized.contains_key(&c.id.0) {
+            let word = sanitizer_gate(&store, &input.loaded, c, o.unsanitized, &mut notes).await?;
+            sanitized.insert(c.id.0, word);
+        }
+    }
     let mut built = Vec::new();
     for (r, ci, spec_index, name) in &chosen {
         let input = &inputs[*r];
         let (c, ms) = &input.timed[*ci];
-        built.push(build_variant(
+        let mut b = build_variant(
             &input.run.name,
             &input.loaded,
             &input.compiler,
@@ -757,7 +851,9 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
             *spec_index,
             name.clone(),
             ms,
-        )?);
+        )?;
+        b.variant.sanitizer = sanitized.get(&c.id.0).cloned();
+        built.push(b);
     }
     for b in &built {
         if b.variant.compile_key_matches_search == Some(false) {
