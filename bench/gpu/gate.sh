@@ -7,8 +7,10 @@
 #   tests       the GPU test binaries of .gpu/tests.tar.zst
 #   mma         evo eval --pairwise of configs/sdpa.toml (sdpa_fwd_mma)
 #   wgmma       evo eval --pairwise of configs/sdpa_wgmma.toml (sdpa_fwd_wgmma)
-#   throughput  BUDGET=4m: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before) and
-#               .gpu/evo (after), one after the other, evaluations per hour of each
+#   throughput  BUDGET=4m: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before,
+#               with its own templates from $OLD_TEMPLATES when set) and .gpu/evo (after), one
+#               after the other, both with the evolution strategy (what is compared is the
+#               evaluator), evaluations per hour of each and the sanitizer runs of the new one
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}
 mkdir -p "$OUT"
@@ -58,16 +60,32 @@ PY
   throughput)
     budget=${BUDGET:-4m}
     cp configs/sdpa.toml /tmp/throughput.toml
+    grep -q '^\[search\]' /tmp/throughput.toml || printf '\n[search]\nstrategy = "evolution"\n' >> /tmp/throughput.toml
     for which in old new; do
       bin=$EVO; [ $which = old ] && bin=${OLD_EVO:-.gpu-old/evo}
+      templates=(); [ $which = old ] && [ -n "${OLD_TEMPLATES:-}" ] && templates=(--templates "$OLD_TEMPLATES")
       step "throughput: $which evo, $budget search of configs/sdpa.toml"
       rm -rf /tmp/tp_$which; mkdir -p /tmp/tp_$which
-      RUST_LOG=info $bin search -c /tmp/throughput.toml --db /tmp/tp_$which/p.db --run tp --budget $budget --no-progress \
+      RUST_LOG=info $bin "${templates[@]}" search -c /tmp/throughput.toml --db /tmp/tp_$which/p.db --run tp --budget $budget --no-progress \
         > "$OUT/throughput_$which.txt" 2>&1
       echo "exit $?"; grep -iE "evaluations|per hour|/hour|busy" "$OUT/throughput_$which.txt" | tail -n 5
       $bin stats tp --db /tmp/tp_$which/p.db > "$OUT/throughput_${which}_stats.txt" 2>&1
       grep -iE "per hour|evaluat|busy|incorrect|status" "$OUT/throughput_${which}_stats.txt" | head -n 12
       grep -h "evaluated job" /tmp/tp_$which/evo-logs/*.log 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-420 | tail -n 8
+      # The sanitizer gate on each new best (the new evo only): verdicts and seconds.
+      python3 - /tmp/tp_$which/p.db <<'PY' | tee -a "$OUT/throughput_${which}_stats.txt"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+try:
+    rows = db.execute("select c.genome, c.status, p.metrics from profiles p join candidates c on c.id = p.candidate_id where p.tool = 'sanitizer'").fetchall()
+except sqlite3.Error as e:
+    rows = []
+print(f"sanitizer runs (new bests): {len(rows)}")
+for genome, status, metrics in rows:
+    m = json.loads(metrics)
+    secs = sum(r.get("seconds", 0) for r in m.get("reports", []))
+    print(f"  {m['verdict']:8} {secs:5.1f} s  status {status}  {genome}")
+PY
     done ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac
