@@ -380,12 +380,7 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
             match errors {
                 Some(errors) => ToolReport::Sanitizer {
                     errors,
-                    summary: text
-                        .lines()
-                        .filter(|l| l.contains("=========") && !l.trim_end().ends_with("========="))
-                        .take(12)
-                        .map(str::to_string)
-                        .collect(),
+                    summary: sanitizer_summary(&text),
                 },
                 None => ToolReport::Failed {
                     reason: format!(
@@ -401,6 +396,18 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
 
 /// The error count in compute-sanitizer's output: `ERROR SUMMARY: N errors` (memcheck,
 /// initcheck, synccheck) or `RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)`.
+/// The lines of a compute-sanitizer report worth keeping with a verdict: what it found and
+/// where (its banner and blank `=========` lines left out), at most 12, then the summary.
+pub fn sanitizer_summary(text: &str) -> Vec<String> {
+    let tool_lines = text.lines().filter_map(|l| {
+        let rest = l.trim_start().strip_prefix("=========")?.trim();
+        (!rest.is_empty() && !rest.starts_with("COMPUTE-SANITIZER")).then(|| rest.to_string())
+    });
+    let (summary, findings): (Vec<String>, Vec<String>) =
+        tool_lines.partition(|l| l.contains("SUMMARY"));
+    findings.into_iter().take(12).chain(summary).collect()
+}
+
 pub fn sanitizer_errors(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         if let Some(rest) = l.split("ERROR SUMMARY:").nth(1) {
@@ -414,6 +421,20 @@ pub fn sanitizer_errors(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sanitizer_reports_keep_what_was_found_and_where() {
+        let text = "========= COMPUTE-SANITIZER\n\
+            ========= Error: Race reported between Write access at evo_sdpa+0x1a40 in variant.cu:212\n\
+            =========     and Read access at evo_sdpa+0x2b10 in variant.cu:301 [128 hazards]\n\
+            =========\n\
+            ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n";
+        let s = sanitizer_summary(text);
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert!(s[0].starts_with("Error: Race reported") && s[0].contains("variant.cu:212"));
+        assert!(s[2].starts_with("RACECHECK SUMMARY"));
+        assert_eq!(sanitizer_errors(text), Some(1));
+    }
+
     #[test]
     fn sanitizer_summaries() {
         use super::sanitizer_errors;
