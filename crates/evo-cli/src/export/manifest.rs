@@ -827,6 +827,7 @@ mod tests {
                     tensor_ops: None,
                     compile_key: String::new(),
                     compile_key_matches_search: None,
+                    sanitizer: Some("clean".into()),
                     shapes: vec![],
                 };
                 // Through JSON, as a reader gets it.

@@ -834,9 +834,8 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     for (r, ci, _, _) in &chosen {
         let input = &inputs[*r];
         let c = &input.timed[*ci].0;
-        if !sanitized.contains_key(&c.id.0) {
-            let word = sanitizer_gate(&store, &input.loaded, c, o.unsanitized, &mut notes).await?;
-            sanitized.insert(c.id.0, word);
+        if let std::collections::btree_map::Entry::Vacant(e) = sanitized.entry(c.id.0) {
+            e.insert(sanitizer_gate(&store, &input.loaded, c, o.unsanitized, &mut notes).await?);
         }
     }
     let mut built = Vec::new();
