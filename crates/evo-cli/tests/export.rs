@@ -1297,8 +1297,9 @@ fn store_sanitizer_verdict(db: &Path, candidate: i64, verdict: Json) {
     })
 }
 
-/// Nothing leaves evo without the sanitizer gate: a stored finding refuses the export
-/// (even with --unsanitized), a stored clean verdict exports and says `clean`; with no
+/// Nothing leaves evo without the sanitizer gate: a stored finding refuses the export of
+/// that candidate (even with --unsanitized) and makes a run's export take the next fastest;
+/// a stored clean verdict exports and says `clean`; with no
 /// verdict and no GPU here the export is refused with what to do, and --unsanitized
 /// exports with `not run: <why>` in the manifest and a note.
 #[test]
@@ -1341,9 +1342,18 @@ fn export_needs_the_sanitizer_gate() {
     for v in m["variants"].as_array().unwrap() {
         assert_eq!(v["sanitizer"], "clean", "{v}");
     }
-    // Run `night`'s best has a finding: export of the run itself is refused too.
-    let a = export(&["night"]).failure();
-    assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("fails the sanitizer gate"));
+    // Run `night`'s best has a finding: the run's export takes the next fastest, and says so.
+    let a = export(&["night"]).success();
+    let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+    assert!(
+        err.contains("fails the sanitizer gate")
+            && err.contains("the next fastest candidate was taken"),
+        "{err}"
+    );
+    for v in manifest(&out)["variants"].as_array().unwrap() {
+        assert_eq!(v["candidate_id"], ids["second"], "{v}");
+        assert_eq!(v["sanitizer"], "clean", "{v}");
+    }
     // A fresh database: no verdict at all.
     let tmp2 = tempfile::tempdir().unwrap();
     let db2 = tmp2.path().join("population.db");

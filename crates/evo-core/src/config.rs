@@ -442,6 +442,77 @@ fn table_to_vars(path: &Path, what: &str, table: &toml::Table) -> Result<Vars, C
         .collect()
 }
 
+/// The first `[search]` or `[timing]` value outside what the search can work with, in
+/// words naming the key and its allowed range.
+fn out_of_range(search: &SearchSection, timing: &TimingConfig) -> Option<String> {
+    let p = &search.params;
+    let share_keys = [
+        ("mutation_share", p.mutation_share),
+        ("crossover_share", p.crossover_share),
+        ("exploration_share", p.exploration_share),
+    ];
+    let mut problems = Vec::new();
+    if p.population == 0 {
+        problems.push("[search] population must be at least 1 (genomes per generation)".into());
+    }
+    if p.elites == 0 || p.elites > p.population.max(1) {
+        problems.push(format!(
+            "[search] elites must be from 1 to population ({}), not {}",
+            p.population, p.elites
+        ));
+    }
+    for (key, v) in share_keys {
+        if !(0.0..=1.0).contains(&v) {
+            problems.push(format!("[search] {key} must be from 0 to 1, not {v}"));
+        }
+    }
+    if share_keys.iter().all(|(_, v)| *v == 0.0) {
+        problems.push("[search] mutation_share, crossover_share and exploration_share are all 0: give at least one a share".into());
+    }
+    if p.max_knob_moves == 0 {
+        problems.push("[search] max_knob_moves must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&p.insight_weight) {
+        problems.push(format!(
+            "[search] insight_weight must be from 0 to 1, not {}",
+            p.insight_weight
+        ));
+    }
+    if !(search.regression_tolerance >= 0.0 && search.regression_tolerance.is_finite()) {
+        problems.push(format!(
+            "[search] regression_tolerance must be 0 or more (0.10 = 10% slower), not {}",
+            search.regression_tolerance
+        ));
+    }
+    for (key, v) in [
+        ("budget_ms", timing.budget_ms),
+        ("sample_ms", timing.sample_ms),
+        ("l2_multiple", timing.l2_multiple),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            problems.push(format!("[timing] {key} must be more than 0, not {v}"));
+        }
+    }
+    for (key, v) in [
+        ("warmup_ms", timing.warmup_ms),
+        ("target_spread", timing.target_spread),
+    ] {
+        if !(v >= 0.0 && v.is_finite()) {
+            problems.push(format!("[timing] {key} must be 0 or more, not {v}"));
+        }
+    }
+    if timing.min_samples == 0 || timing.max_samples < timing.min_samples {
+        problems.push(format!(
+            "[timing] min_samples must be at least 1 and max_samples at least min_samples, not {} and {}",
+            timing.min_samples, timing.max_samples
+        ));
+    }
+    if timing.max_input_sets == 0 {
+        problems.push("[timing] max_input_sets must be at least 1".into());
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
 impl SearchConfig {
     pub fn load(path: &Path) -> Result<SearchConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -483,6 +554,12 @@ impl SearchConfig {
                 ),
             });
         }
+        if let Some(message) = out_of_range(&raw.search, &raw.timing) {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            });
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(SearchConfig {
             path: path.to_path_buf(),
@@ -504,6 +581,64 @@ impl SearchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_out_of_range_name_the_key_and_the_range() {
+        let base =
+            "problem = \"gemm\"\nfamily = \"gemm_mma\"\n[[shapes]]\nM = 64\nN = 32\nK = 16\n";
+        let parse =
+            |extra: &str| SearchConfig::parse(Path::new("c.toml"), &format!("{base}{extra}"));
+        assert!(parse("").is_ok());
+        assert!(parse("[search]\npopulation = 1\nelites = 1\n").is_ok());
+        for (extra, needle) in [
+            (
+                "[search]\npopulation = 0\n",
+                "population must be at least 1",
+            ),
+            (
+                "[search]\nelites = 40\n",
+                "elites must be from 1 to population (32), not 40",
+            ),
+            (
+                "[search]\nmutation_share = -1.0\n",
+                "mutation_share must be from 0 to 1, not -1",
+            ),
+            (
+                "[search]\ncrossover_share = 2.0\n",
+                "crossover_share must be from 0 to 1, not 2",
+            ),
+            (
+                "[search]\nmutation_share = 0.0\ncrossover_share = 0.0\nexploration_share = 0.0\n",
+                "are all 0",
+            ),
+            (
+                "[search]\nmax_knob_moves = 0\n",
+                "max_knob_moves must be at least 1",
+            ),
+            (
+                "[search]\ninsight_weight = 1.5\n",
+                "insight_weight must be from 0 to 1",
+            ),
+            (
+                "[search]\nregression_tolerance = -0.1\n",
+                "regression_tolerance must be 0 or more",
+            ),
+            (
+                "[timing]\nbudget_ms = -5.0\n",
+                "[timing] budget_ms must be more than 0, not -5",
+            ),
+            (
+                "[timing]\nmin_samples = 10\nmax_samples = 5\n",
+                "max_samples at least min_samples",
+            ),
+        ] {
+            let e = parse(extra).unwrap_err().to_string();
+            assert!(
+                e.contains(needle) && e.starts_with("config c.toml"),
+                "{extra}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn shapes_inherit_spec() {

@@ -365,11 +365,12 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
             reason: "compute-sanitizer not found on PATH or in /usr/local/cuda/bin".into(),
         };
     };
-    match Command::new(&bin)
-        .args(["--tool", tool, "--error-exitcode", "99"])
-        .args(command)
-        .output()
-    {
+    match output_within(
+        Command::new(&bin)
+            .args(["--tool", tool, "--error-exitcode", "99"])
+            .args(command),
+        SANITIZER_TIMEOUT,
+    ) {
         Err(e) => ToolReport::Failed {
             reason: format!("cannot run compute-sanitizer: {e}"),
         },
@@ -396,6 +397,62 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
 
 /// The error count in compute-sanitizer's output: `ERROR SUMMARY: N errors` (memcheck,
 /// initcheck, synccheck) or `RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)`.
+/// How long one compute-sanitizer tool may run on one launch before it is stopped (and
+/// the variant fails the gate): the gate's shape is small, so this only ends hangs.
+pub const SANITIZER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` to completion with its output captured, killing it after `limit`
+/// (an error that says so).
+fn output_within(
+    command: &mut Command,
+    limit: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use wait_timeout::ChildExt;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // Read both pipes while waiting: a full pipe would stall the tool.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let status = match child.wait_timeout(limit)? {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("it ran past {} s and was stopped", limit.as_secs()),
+            ));
+        }
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
 /// The lines of a compute-sanitizer report worth keeping with a verdict: what it found and
 /// where (its banner and blank `=========` lines left out), at most 12, then the summary.
 pub fn sanitizer_summary(text: &str) -> Vec<String> {
@@ -421,6 +478,28 @@ pub fn sanitizer_errors(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tool_that_hangs_is_stopped() {
+        let t = std::time::Instant::now();
+        let e = output_within(
+            Command::new("sleep").arg("30"),
+            std::time::Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        let o = output_within(
+            Command::new("sh").args(["-c", "echo out; echo err >&2"]),
+            std::time::Duration::from_secs(30),
+        )
+        .unwrap();
+        assert!(o.status.success());
+        assert_eq!(
+            (o.stdout.as_slice(), o.stderr.as_slice()),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+    }
+
     #[test]
     fn sanitizer_reports_keep_what_was_found_and_where() {
         let text = "========= COMPUTE-SANITIZER\n\

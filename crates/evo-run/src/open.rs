@@ -118,6 +118,7 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
                     .unwrap_or(0);
                 format!("{}-{secs}", config.family)
             });
+            check_run_name(&name)?;
             return Ok(Resolved {
                 id: RunId(0),
                 name,
@@ -416,4 +417,50 @@ async fn register(
     }
     store.register_host(run, &me).await?;
     Ok(me)
+}
+
+/// A new run's name: it names the run's log file (`evo-logs/<name>.log`) and is typed on
+/// command lines, so letters, digits, `-`, `_` and `.`, not starting with `.` or `-`, at most
+/// 100 characters (a name like `../x` would write its log outside `evo-logs/`).
+pub(crate) fn check_run_name(name: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty()
+        || name.len() > 100
+        || name.starts_with(['.', '-'])
+        || !name.chars().all(allowed)
+        || name.parse::<i64>().is_ok()
+    {
+        crate::error::refuse!(
+            "run name `{name}`: use letters, digits, `-`, `_` and `.` (not first), at most 100 characters, not a number (numbers name candidates)"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_run_name;
+
+    #[test]
+    fn run_names_are_safe_file_names() {
+        for good in ["night", "sdpa_fwd_mma-1763900000", "a.b-c_d", "x1"] {
+            assert!(check_run_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            ".hidden",
+            "-flag",
+            "a b",
+            "12",
+            &"n".repeat(101),
+        ] {
+            let e = check_run_name(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("run name") && e.contains("letters, digits"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

@@ -211,17 +211,25 @@ struct Built {
     cubin: Vec<u8>,
 }
 
+/// What the sanitizer gate says of a candidate at export.
+enum Gated {
+    /// The manifest's word: `clean`, or `not run: <why>` with `--unsanitized`.
+    Passed(String),
+    /// A finding, in words.
+    Rejected(String),
+}
+
 /// The sanitizer gate before a genome leaves evo: the verdict the run stored (a search
 /// sanitizes each new best), else compute-sanitizer now on this machine's GPU 0 (stored
-/// for the next export). A finding refuses the export; so does a gate that cannot run
-/// here, unless `unsanitized` (then a note says so). Returns the manifest's word.
+/// for the next export). A gate that cannot run here refuses the export, unless
+/// `unsanitized` (then a note says so).
 async fn sanitizer_gate(
     store: &Store,
     l: &Loaded,
     c: &Candidate,
     unsanitized: bool,
     notes: &mut Vec<String>,
-) -> Result<String> {
+) -> Result<Gated> {
     use evo_eval::profile::SanitizerVerdict;
     let stored = store
         .profiles(c.id)
@@ -272,18 +280,18 @@ async fn sanitizer_gate(
         }
     };
     match verdict {
-        SanitizerVerdict::Clean { .. } => Ok("clean".into()),
-        SanitizerVerdict::Finding { finding, .. } => bail!(
-            "candidate {} ({}) fails the sanitizer gate: {finding}; it is not exported",
+        SanitizerVerdict::Clean { .. } => Ok(Gated::Passed("clean".into())),
+        SanitizerVerdict::Finding { finding, .. } => Ok(Gated::Rejected(format!(
+            "candidate {} ({}) fails the sanitizer gate: {finding}",
             c.id,
             genome.canonical()
-        ),
+        ))),
         SanitizerVerdict::NotRun { reason } if unsanitized => {
             notes.push(format!(
                 "candidate {} is exported without the sanitizer gate ({reason}); the manifest says `not run`",
                 c.id
             ));
-            Ok(format!("not run: {reason}"))
+            Ok(Gated::Passed(format!("not run: {reason}")))
         }
         SanitizerVerdict::NotRun { reason } => bail!(
             "candidate {} ({}) has not been through compute-sanitizer (memcheck, racecheck, synccheck) and it cannot run here: {reason}. Export on a machine with a GPU and compute-sanitizer, or pass --unsanitized to export it anyway (the manifest records it)",
@@ -820,24 +828,56 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     }
     let problem = inputs[0].loaded.family.problem;
 
-    let Choice {
-        chosen,
-        table,
-        mut notes,
-    } = if o.per_shape {
-        choose_per_shape(&inputs)?
-    } else {
-        choose_best(&inputs[0], picked.is_some())
+    // The fastest candidates, each through the sanitizer gate; one it rejects gives way to
+    // the next fastest (a candidate named on the command line is refused instead).
+    let mut sanitized: BTreeMap<i64, String> = BTreeMap::new();
+    let (mut skipped, mut gate_notes) = (Vec::new(), Vec::new());
+    let (chosen, table, mut notes) = loop {
+        let choice = if o.per_shape {
+            choose_per_shape(&inputs)?
+        } else {
+            choose_best(&inputs[0], picked.is_some())
+        };
+        let mut rejected: Vec<(usize, i64)> = Vec::new();
+        for (r, ci, _, _) in &choice.chosen {
+            let input = &inputs[*r];
+            let c = &input.timed[*ci].0;
+            if sanitized.contains_key(&c.id.0) || rejected.iter().any(|(_, id)| *id == c.id.0) {
+                continue;
+            }
+            match sanitizer_gate(&store, &input.loaded, c, o.unsanitized, &mut gate_notes).await? {
+                Gated::Passed(word) => {
+                    sanitized.insert(c.id.0, word);
+                }
+                Gated::Rejected(why) if picked.is_some() => bail!("{why}; it is not exported"),
+                Gated::Rejected(why) => {
+                    skipped.push(why);
+                    rejected.push((*r, c.id.0));
+                }
+            }
+        }
+        if rejected.is_empty() {
+            let mut notes = choice.notes;
+            notes.extend(
+                skipped
+                    .iter()
+                    .map(|why| format!("{why}; the next fastest candidate was taken")),
+            );
+            notes.append(&mut gate_notes);
+            break (choice.chosen, choice.table, notes);
+        }
+        for (r, id) in rejected {
+            inputs[r].timed.retain(|(c, _)| c.id.0 != id);
+            if inputs[r].timed.is_empty() {
+                bail!(
+                    "run `{}` has no candidate left that passes the sanitizer gate: {}",
+                    inputs[r].run.name,
+                    skipped.join("; ")
+                );
+            }
+        }
     };
 
-    let mut sanitized: BTreeMap<i64, String> = BTreeMap::new();
-    for (r, ci, _, _) in &chosen {
-        let input = &inputs[*r];
-        let c = &input.timed[*ci].0;
-        if let std::collections::btree_map::Entry::Vacant(e) = sanitized.entry(c.id.0) {
-            e.insert(sanitizer_gate(&store, &input.loaded, c, o.unsanitized, &mut notes).await?);
-        }
-    }
     let mut built = Vec::new();
     for (r, ci, spec_index, name) in &chosen {
         let input = &inputs[*r];
