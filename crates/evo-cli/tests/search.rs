@@ -476,6 +476,125 @@ fn importing_a_baseline_rescores_the_run() {
 
 /// Ctrl-C (SIGINT) finishes the evaluation in flight, saves, marks the run interrupted
 /// and exits 0; the rest of the generation stays pending and `--resume` evaluates it.
+/// Several searches started at once on one new database all run (the first open of a
+/// file is raced: WAL switch, migrations), and the ones without `--run` get distinct
+/// default names.
+#[test]
+fn searches_started_together_on_a_new_database_all_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let names = [Some("a"), Some("b"), None, None, None];
+    let children: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let mut c = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"));
+            c.current_dir(root())
+                .args([
+                    "search",
+                    "-c",
+                    "configs/gemm.toml",
+                    "--no-progress",
+                    "--budget",
+                    "1gen",
+                    "--db",
+                ])
+                .arg(&db)
+                .arg("--evaluator")
+                .arg(format!("replay:{}", land.display()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(n) = name {
+                c.args(["--run", n]);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let runs = Command::cargo_bin("evo")
+        .unwrap()
+        .args(["--json", "runs", "--db"])
+        .arg(&db)
+        .assert()
+        .success();
+    let listed: serde_json::Value = serde_json::from_slice(&runs.get_output().stdout).unwrap();
+    let names: BTreeSet<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 5, "{listed}");
+}
+
+/// SIGTERM (what a batch scheduler sends) stops a search like Ctrl-C: the evaluations in
+/// flight are saved, the run is interrupted (not left running) and resumable.
+#[test]
+fn sigterm_saves_like_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
+        .current_dir(root())
+        .env("EVO_REPLAY_DELAY_MS", "100")
+        .args([
+            "search",
+            "-c",
+            "configs/gemm.toml",
+            "--no-progress",
+            "--run",
+            "term",
+        ])
+        .args(["--budget", "2gen", "--seed", "4", "--db"])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = std::panic::catch_unwind(|| rows(&db, "term"))
+            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
+            .unwrap_or(0);
+        if done >= 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the search did not get going"
+        );
+    }
+    StdCommand::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("run term: interrupted"), "{stdout}");
+    let runs = Command::cargo_bin("evo")
+        .unwrap()
+        .args(["--json", "runs", "--db"])
+        .arg(&db)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&runs.get_output().stdout).to_string();
+    assert!(text.contains("\"interrupted\""), "{text}");
+}
+
 #[test]
 fn ctrl_c_saves_and_resume_finishes() {
     let dir = tempfile::tempdir().unwrap();

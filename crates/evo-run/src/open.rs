@@ -116,7 +116,8 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
-                format!("{}-{secs}", config.family)
+                // The process id too: searches started in the same second get their own.
+                format!("{}-{secs}-{}", config.family, std::process::id())
             });
             check_run_name(&name)?;
             return Ok(Resolved {

@@ -266,7 +266,47 @@ pub(crate) async fn open(url_or_path: &str) -> Result<Store, StoreError> {
     }
 }
 
+/// Opens (creating and migrating) a SQLite database. Several evo processes opening one new
+/// file at the same moment race for its creation: the WAL switch needs a lock the busy
+/// timeout does not wait for ("database is locked"), and a migration checked before
+/// another process applied it fails ("table … already exists", "duplicate column"). Such
+/// an attempt is made again, from the start, after a short pause (a migration that fails
+/// for another reason fails on every attempt, and is returned after the last); any other
+/// error is returned at once.
 async fn open_sqlite(path: PathBuf) -> Result<Store, StoreError> {
+    const ATTEMPTS: u32 = 40;
+    let mut attempt = 1;
+    loop {
+        match open_sqlite_once(path.clone()).await {
+            Err(e) if attempt < ATTEMPTS && lost_an_opening_race(&e) => {
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    25 * u64::from(attempt.min(8)),
+                ))
+                .await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether `e` is what a concurrent first open of the same file looks like.
+fn lost_an_opening_race(e: &StoreError) -> bool {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    // Each migration is one transaction (SQLite's DDL is transactional): one that lost
+    // the race ("already exists", "duplicate column", …) left nothing behind, and a
+    // migration that fails for another reason fails again on every attempt.
+    matches!(e, StoreError::Migrate { .. })
+        || (matches!(e, StoreError::Open { .. } | StoreError::Db { .. })
+            && text.contains("database is locked"))
+}
+
+async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
     check_existing(&path).await?;
 
     let open_err = |e: sqlx::Error| StoreError::Open {

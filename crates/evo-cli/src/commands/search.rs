@@ -47,17 +47,29 @@ impl evo_run::Progress for Bar {
     }
 }
 
-/// The first Ctrl-C stops the run (evaluations on a GPU finish and are saved); the
-/// second exits at once.
+/// The first Ctrl-C or SIGTERM (a batch scheduler's stop) stops the run: evaluations on
+/// a GPU finish and are saved, the run is marked interrupted. A second one exits at once.
 fn on_ctrl_c(stop: Stop) {
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nCtrl-C: finishing the evaluations in flight, then saving (Ctrl-C again to abort)");
-            stop.request();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        let which = tokio::select! {
+            r = tokio::signal::ctrl_c() => r.is_ok().then_some("Ctrl-C"),
+            r = term.recv() => r.map(|_| "SIGTERM"),
+        };
+        let Some(which) = which else { return };
+        eprintln!(
+            "\n{which}: finishing the evaluations in flight, then saving ({which} again to abort)"
+        );
+        stop.request();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
+        std::process::exit(130);
     });
 }
 
