@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", in_words(&e));
             let missing = e.chain().any(|c| {
                 c.is::<MissingComponent>()
                     || c.is::<evo_gpu::LocateError>()
@@ -98,4 +98,22 @@ fn main() -> ExitCode {
             ExitCode::from(if missing { EXIT_MISSING } else { 1 })
         }
     }
+}
+
+/// The error in words with each cause said once: many errors print their source inside
+/// their own message, so anyhow's `{:#}` repeated a cause two to four times ("No such file
+/// or directory (os error 2): No such file or directory (os error 2)").
+fn in_words(e: &anyhow::Error) -> String {
+    let mut words = String::new();
+    for part in e.chain().map(|c| c.to_string()) {
+        let part = part.trim();
+        if part.is_empty() || words.contains(part) {
+            continue;
+        }
+        if !words.is_empty() {
+            words.push_str(": ");
+        }
+        words.push_str(part);
+    }
+    words
 }

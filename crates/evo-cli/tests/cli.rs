@@ -483,3 +483,23 @@ fn run_once_wants_a_launch_rule_or_a_plan() {
     let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     assert!(err.contains("is not a launch plan"), "{err}");
 }
+
+/// An error says each cause once (it used to print "No such file or directory (os error 2)"
+/// twice, and a failed migration's cause four times).
+#[test]
+fn errors_say_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.toml");
+    let a = Command::cargo_bin("evo")
+        .unwrap()
+        .args(["space", "-c"])
+        .arg(&missing)
+        .assert()
+        .failure();
+    let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+    assert!(
+        err.contains("cannot read config") && err.contains("none.toml"),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+}
