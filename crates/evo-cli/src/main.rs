@@ -70,6 +70,8 @@ fn main() -> ExitCode {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colour codes only for a terminal: piped into a file they are noise.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_target(false)
                 .with_filter(filter),
         )

@@ -477,6 +477,29 @@ fn export_writes_a_complete_artifact() {
     );
     assert!(stdout.contains("MISSING   kernel.h"), "{stdout}");
     assert!(stdout.contains("not run"), "{stdout}");
+    // The same in JSON, in words rather than Rust names.
+    let v = evo(&db)
+        .args(["--json", "verify"])
+        .arg(&out)
+        .assert()
+        .code(1);
+    let report: Json = serde_json::from_slice(&v.get_output().stdout).unwrap();
+    let state = |name: &str| {
+        report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f[0] == name)
+            .map(|f| f[1].clone())
+            .unwrap_or_else(|| panic!("{name} not in {report}"))
+    };
+    assert_eq!(state("kernel.h")["state"], "missing", "{report}");
+    assert_eq!(
+        state("kernel.f16_hd128.sm_90a.cubin")["state"],
+        "modified",
+        "{report}"
+    );
+    assert_eq!(state("README.md")["state"], "ok", "{report}");
 }
 
 /// evo_kernel.plan() on fake tensors (no torch, no GPU): the packed arguments equal the

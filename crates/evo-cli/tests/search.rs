@@ -536,6 +536,38 @@ fn searches_started_together_on_a_new_database_all_run() {
     assert_eq!(names.len(), 5, "{listed}");
 }
 
+/// `evo --json search` prints its report as JSON on stdout (it used to ignore --json).
+#[test]
+fn search_reports_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let a = Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "--json",
+            "search",
+            "-c",
+            "configs/gemm.toml",
+            "--no-progress",
+            "--run",
+            "js",
+        ])
+        .args(["--budget", "1gen", "--db"])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .assert()
+        .success();
+    let report: serde_json::Value = serde_json::from_slice(&a.get_output().stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&a.get_output().stdout)));
+    assert_eq!(report["run"], "js", "{report}");
+    assert!(report["evaluated"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["statuses"].is_object(), "{report}");
+}
+
 /// SIGTERM (what a batch scheduler sends) stops a search like Ctrl-C: the evaluations in
 /// flight are saved, the run is interrupted (not left running) and resumable.
 #[test]

@@ -175,7 +175,7 @@ fn run_log_path(db: &str, run: &str) -> PathBuf {
 }
 
 /// What one invocation did.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct WorkReport {
     pub run: String,
     /// Why it stopped (`interrupted` after [`Stop::request`]).

@@ -100,7 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gpus: gpus.gpus.clone(),
                 templates: cli.templates.clone(),
             };
-            search::run(request, *budget, !no_progress)
+            search::run(request, *budget, !no_progress, cli.json)
         }
         Command::Join {
             run,
@@ -123,7 +123,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gpus: gpus.gpus.clone(),
                 templates: cli.templates.clone(),
             };
-            search::run(request, *budget, !no_progress)
+            search::run(request, *budget, !no_progress, cli.json)
         }
         Command::Runs { db } => inspect::runs(&db.db, cli.json),
         Command::Elites { run, top, db } => inspect::elites(&db.db, run.as_deref(), *top, cli.json),

@@ -75,7 +75,12 @@ fn on_ctrl_c(stop: Stop) {
 
 /// Opens the run of `request` and works on it until it ends, `budget` is spent or
 /// Ctrl-C; prints the summary. `progress`: draw the spinner (on a terminal).
-pub fn run(request: RunRequest, budget: Option<Budget>, progress: bool) -> Result<ExitCode> {
+pub fn run(
+    request: RunRequest,
+    budget: Option<Budget>,
+    progress: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
         let db = request.db.clone();
@@ -94,7 +99,11 @@ pub fn run(request: RunRequest, budget: Option<Budget>, progress: bool) -> Resul
         bar.0.enable_steady_tick(Duration::from_millis(250));
         let report = run.work(HostOptions { budget, stop }, &bar).await?;
         bar.0.finish_and_clear();
-        print_summary(&report, &db);
+        if json {
+            crate::output::print_json(&report)?;
+        } else {
+            print_summary(&report, &db);
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

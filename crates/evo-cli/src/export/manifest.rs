@@ -330,8 +330,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// How one listed file compares with its recorded hash.
+/// How one listed file compares with its recorded hash (JSON: `{"state": "ok"}`,
+/// `{"state": "missing"}`, `{"state": "modified", "expected": …, "actual": …}`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum FileCheck {
     Ok,
     Missing,
