@@ -75,6 +75,22 @@ pub struct Verdict {
     pub seeds: Vec<u64>,
 }
 
+impl Verdict {
+    /// The verdict of a candidate NVRTC could not compile: `detail` says why.
+    pub fn compile_failed(label: &str, detail: String) -> Verdict {
+        Verdict {
+            label: label.to_string(),
+            status: Status::CompileFailed,
+            gate: Some(Gate::Compile),
+            detail,
+            compile: None,
+            static_kernels: vec![],
+            result: None,
+            seeds: vec![],
+        }
+    }
+}
+
 pub struct Evaluator {
     pub problem: &'static dyn Problem,
     pub compiler: Compiler,

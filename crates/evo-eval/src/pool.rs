@@ -159,15 +159,19 @@ impl Pool {
         v
     }
 
-    /// Evaluates one job on the next free worker.
-    pub async fn evaluate(&self, job: Job) -> JobResult {
-        let index = self
-            .free_rx
+    /// The index of the next free worker, waiting for one; give it back with `free_tx`.
+    async fn next_free(&self) -> usize {
+        self.free_rx
             .lock()
             .await
             .recv()
             .await
-            .expect("pool owns a sender");
+            .expect("pool owns a sender")
+    }
+
+    /// Evaluates one job on the next free worker.
+    pub async fn evaluate(&self, job: Job) -> JobResult {
+        let index = self.next_free().await;
         let deadline = self.deadline(&job);
         let result = {
             let mut slot = self.slots[index].lock().await;
@@ -209,13 +213,7 @@ impl Pool {
         &self,
         work: impl FnOnce(u32, PathBuf) -> T + Send + 'static,
     ) -> T {
-        let index = self
-            .free_rx
-            .lock()
-            .await
-            .recv()
-            .await
-            .expect("pool owns a sender");
+        let index = self.next_free().await;
         let result = {
             let mut slot = self.slots[index].lock().await;
             let (gpu, program) = (slot.gpu, slot.command.program.clone());

@@ -414,7 +414,7 @@ fn output_within(
         .stderr(std::process::Stdio::piped())
         .spawn()?;
     // Read both pipes while waiting: a full pipe would stall the tool.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut p) = pipe {
@@ -422,19 +422,9 @@ fn output_within(
             }
             bytes
         })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let status = match child.wait_timeout(limit)? {
         Some(status) => status,
         None => {

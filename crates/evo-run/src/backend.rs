@@ -210,16 +210,7 @@ impl GpuBackend {
                 Ok(result) => compiled.push((c, result, sass)),
                 Err(e) => {
                     // The genome has failed; its other specializations need no GPU time.
-                    let failed = Verdict {
-                        label: c.label.clone(),
-                        status: Status::CompileFailed,
-                        gate: Some(Gate::Compile),
-                        detail: e.to_string(),
-                        compile: None,
-                        static_kernels: vec![],
-                        result: None,
-                        seeds: vec![],
-                    };
+                    let failed = Verdict::compile_failed(&c.label, e.to_string());
                     return Some(from_verdicts(vec![failed], started));
                 }
             }

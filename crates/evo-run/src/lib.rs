@@ -150,13 +150,7 @@ fn run_log_path(db: &str, run: &str) -> PathBuf {
     // Runs named before names were checked: never a path outside evo-logs/.
     let run: String = run
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if open::is_name_char(c) { c } else { '_' })
         .collect();
     if db.contains("://") && !db.starts_with("sqlite:") {
         // A server: the log stays on this host, in the working directory.

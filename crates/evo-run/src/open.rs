@@ -424,11 +424,10 @@ async fn register(
 /// command lines, so letters, digits, `-`, `_` and `.`, not starting with `.` or `-`, at most
 /// 100 characters (a name like `../x` would write its log outside `evo-logs/`).
 pub(crate) fn check_run_name(name: &str) -> Result<()> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if name.is_empty()
         || name.len() > 100
         || name.starts_with(['.', '-'])
-        || !name.chars().all(allowed)
+        || !name.chars().all(is_name_char)
         || name.parse::<i64>().is_ok()
     {
         crate::error::refuse!(
@@ -436,6 +435,11 @@ pub(crate) fn check_run_name(name: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A character a run name may hold (and its log file's name keeps).
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
 #[cfg(test)]

@@ -335,16 +335,7 @@ fn evaluate_all(evaluator: &Arc<Evaluator>, jobs: Vec<Job>, salt: u64) -> Result
                         ev.evaluate(candidate.clone(), compiled, id as u64, salt)
                             .await
                     }
-                    Err(e) => Verdict {
-                        label: candidate.label.clone(),
-                        status: Status::CompileFailed,
-                        gate: Some(evo_eval::Gate::Compile),
-                        detail: e.to_string(),
-                        compile: None,
-                        static_kernels: vec![],
-                        result: None,
-                        seeds: vec![],
-                    },
+                    Err(e) => Verdict::compile_failed(&candidate.label, e.to_string()),
                 };
                 let mut fv = file_verdict(file, header, verdict, true);
                 fv.candidate = Some(candidate);
