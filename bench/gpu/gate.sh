@@ -10,7 +10,8 @@
 #   throughput  BUDGET=4m: a configs/sdpa.toml search with $OLD_EVO (default .gpu-old/evo; before,
 #               with its own templates from $OLD_TEMPLATES when set) and .gpu/evo (after), one
 #               after the other, both with the evolution strategy (what is compared is the
-#               evaluator), evaluations per hour of each and the sanitizer runs of the new one
+#               evaluator), evaluations per hour of each and the sanitizer runs of the new one;
+#               WHICH="new" runs only the new one
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}
 mkdir -p "$OUT"
@@ -61,7 +62,7 @@ PY
     budget=${BUDGET:-4m}
     cp configs/sdpa.toml /tmp/throughput.toml
     grep -q '^\[search\]' /tmp/throughput.toml || printf '\n[search]\nstrategy = "evolution"\n' >> /tmp/throughput.toml
-    for which in old new; do
+    for which in ${WHICH:-old new}; do
       bin=$EVO; [ $which = old ] && bin=${OLD_EVO:-.gpu-old/evo}
       templates=(); [ $which = old ] && [ -n "${OLD_TEMPLATES:-}" ] && templates=(--templates "$OLD_TEMPLATES")
       step "throughput: $which evo, $budget search of configs/sdpa.toml"
