@@ -218,6 +218,85 @@ fn read_commands_never_create_a_database() {
         .stderr(contains("no run `no-such-run`"));
 }
 
+/// A database in a folder nobody may write to, itself read-only, is read by every read
+/// command: nothing is written or created beside it, no lock wait, no error lines. The
+/// commands run as an unprivileged user (root ignores file permissions: as root they run
+/// through `setpriv` as `nobody`; where that is impossible the test says so and stops).
+#[test]
+fn a_read_only_database_is_read_without_writing() {
+    use std::os::unix::fs::PermissionsExt;
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    if is_root && setpriv.is_none() {
+        eprintln!("skipping: running as root without setpriv, so permissions cannot be tested");
+        return;
+    }
+    let outer = tempfile::tempdir().unwrap();
+    let dir = outer.path().join("ro");
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("population.db");
+    std::fs::copy(db(), &path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = outer.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for args in [
+        vec!["runs"],
+        vec!["elites", "r1"],
+        vec!["stats", "r1"],
+        vec!["show", "1"],
+        vec!["lineage", "5"],
+        vec!["diff", "1", "2"],
+    ] {
+        let mut c = match (is_root, setpriv) {
+            (true, Some(sp)) => {
+                let mut c = std::process::Command::new(sp);
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(assert_cmd::cargo::cargo_bin("evo"));
+                c
+            }
+            _ => std::process::Command::new(assert_cmd::cargo::cargo_bin("evo")),
+        };
+        let started = std::time::Instant::now();
+        let out = c
+            .env("EVO_CACHE_DIR", &cache)
+            .env_remove("EVO_DB")
+            .current_dir(root())
+            .args(&args)
+            .arg("--db")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(!out.stdout.is_empty(), "{args:?} printed nothing");
+        assert!(!stderr.contains("ERROR"), "{args:?}: {stderr}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{args:?} waited {:?}",
+            started.elapsed()
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["population.db"]);
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the database changed"
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 #[test]
 fn source_is_rendered_deterministically() {
     let best = &all_elites()[0];

@@ -267,6 +267,26 @@ fn a_killed_search_resumes_without_losing_or_repeating_anything() {
         before.iter().any(|r| r.2.is_none()),
         "killed mid-generation: some candidates pending"
     );
+    // A resume that stops on its own budget before the run ends neither waits for nor
+    // counts the killed process (a dead pid of this machine) as a host still working: the
+    // run is left stopped, not "running".
+    let short = search(&db, &land, &["--resume", "killed", "--budget", "5evals"]).success();
+    let stderr = String::from_utf8_lossy(&short.get_output().stderr).to_string();
+    assert!(!stderr.contains("still work"), "{stderr}");
+    let runs = Command::cargo_bin("evo")
+        .unwrap()
+        .args(["--json", "runs", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let killed = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "killed")
+        .unwrap();
+    assert_ne!(killed["status"], "running", "{killed}");
     search(&db, &land, &["--resume", "killed", "--budget", "4gen"]).success();
     let after = rows(&db, "killed");
     // Every result recorded before the kill is still there, unchanged.
@@ -335,6 +355,36 @@ fn bad_search_arguments_are_explained() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("budget `soon`"));
+    // A seed that breaks a constraint (one warp, where the family wants 4 to 8) is an
+    // error that names the seed and the constraint, not a seed silently dropped.
+    let config = dir.path().join("seeded.toml");
+    let text = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "family = \"gemm_mma\"",
+            &format!(
+                "family = \"gemm_mma\"\ntemplates = \"{}\"",
+                root().join("templates").display()
+            ),
+        ) + "\n[search]\nseeds = [\"BLOCK_K=32,BLOCK_M=32,BLOCK_N=32,STAGES=2,SWIZZLE=xor,WARPS_M=1,WARPS_N=1\"]\n",
+    )
+    .unwrap();
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .arg("search")
+        .arg("-c")
+        .arg(&config)
+        .arg("--db")
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(
+            "seed `BLOCK_K=32,BLOCK_M=32,BLOCK_N=32,STAGES=2,SWIZZLE=xor,WARPS_M=1,WARPS_N=1` is not a valid genome of family gemm_mma: it violates constraint `warps`",
+        ));
 }
 
 /// Replaying the search recorded on an H200: every genome the recorded run evaluated

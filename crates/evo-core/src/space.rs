@@ -457,14 +457,15 @@ impl Space {
         let mut scope = Scope::new();
         let mut visit = |g: Genome| {
             examined += 1;
-            if self.all_violations(&g, &mut scope, &mut violated) {
-                errors += 1;
-            }
+            // A genome whose constraints or derived values cannot be computed (a knob
+            // value of 0 in a division, ...) is invalid, as `iter_valid` has it.
+            let errored = self.all_violations(&g, &mut scope, &mut violated);
+            errors += errored as u128;
             if violated.iter().any(|v| *v) {
                 for (c, v) in counts.iter_mut().zip(&violated) {
                     *c += *v as u128;
                 }
-            } else {
+            } else if !errored {
                 valid += 1;
             }
         };
@@ -804,6 +805,24 @@ mod tests {
         for (i, g) in (0..s.raw_size()).map(|i| (i, s.genome_at(i))) {
             assert_eq!(s.index_of(&g), Some(i));
         }
+    }
+
+    #[test]
+    fn genomes_whose_values_cannot_be_computed_are_not_counted_valid() {
+        // WARPS = 0 divides by zero in a derived value: such genomes are errors, not
+        // valid genomes (the count must equal what enumeration yields).
+        let s = Space::new(
+            vec![ints("BLOCK_M", &[32, 64]), ints("WARPS", &[0, 1, 2])],
+            vec![("WARP_M".into(), e("BLOCK_M / WARPS"))],
+            vec![("tile".into(), e("WARP_M >= 32"))],
+            vec![ctx(64)],
+        )
+        .unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let stats = s.stats(EXACT_STATS_LIMIT, 0, &mut rng);
+        assert_eq!(stats.eval_errors, 2);
+        assert_eq!(stats.valid as usize, s.iter_valid().count());
+        assert_eq!(stats.valid, 3);
     }
 
     #[test]

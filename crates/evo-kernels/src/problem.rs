@@ -33,6 +33,13 @@ pub struct VarDecl {
     pub doc: &'static str,
 }
 
+/// The largest value of an integer shape variable: kernels take sizes as `int`.
+pub const MAX_DIM: i64 = i32::MAX as i64;
+
+/// The most bytes a shape's tensors may need together (1 TiB, past any GPU's memory): a
+/// larger shape is refused when it is loaded, not when a worker fails to allocate it.
+pub const MAX_SHAPE_BYTES: f64 = (1u64 << 40) as f64;
+
 impl VarDecl {
     /// Checks one value against the declaration.
     pub fn check(&self, value: &Value) -> Result<(), String> {
@@ -40,6 +47,12 @@ impl VarDecl {
             (VarKind::Int { min, multiple_of }, Value::Int(i)) => {
                 if *i < min {
                     Err(format!("{} = {i} must be at least {min}", self.name))
+                } else if *i > MAX_DIM {
+                    // Kernels take sizes as 32-bit ints; larger ones would wrap.
+                    Err(format!(
+                        "{} = {i} is larger than {MAX_DIM}, the largest size a kernel takes (a 32-bit int)",
+                        self.name
+                    ))
                 } else if i % multiple_of != 0 {
                     Err(format!(
                         "{} = {i} must be a multiple of {multiple_of}",
@@ -202,6 +215,13 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
             d.check(&v)?;
             out.insert(d.name.to_string(), v);
         }
+        let bytes = self.min_bytes(&out);
+        if !(bytes <= MAX_SHAPE_BYTES) {
+            return Err(format!(
+                "the tensors of this shape need {:.3e} bytes, more than any GPU has (evo accepts up to 1 TiB)",
+                bytes
+            ));
+        }
         Ok(out)
     }
 }
@@ -248,6 +268,23 @@ mod tests {
             ]))
             .unwrap_err();
         assert!(e.contains("multiple of 8"), "{e}");
+        // Sizes that would wrap in a kernel's int, or need more memory than a GPU has.
+        let e = p
+            .complete_shape(&shape(&[
+                ("M", 9_223_372_036_854_775_000i64.into()),
+                ("N", 8.into()),
+                ("K", 16.into()),
+            ]))
+            .unwrap_err();
+        assert!(e.contains("larger than 2147483647"), "{e}");
+        let e = p
+            .complete_shape(&shape(&[
+                ("M", (1i64 << 20).into()),
+                ("N", (1i64 << 20).into()),
+                ("K", 16.into()),
+            ]))
+            .unwrap_err();
+        assert!(e.contains("more than any GPU has"), "{e}");
         let e = p.complete_shape(&shape(&[("M", 3.into())])).unwrap_err();
         assert!(e.contains("`N` is missing"), "{e}");
         let e = p

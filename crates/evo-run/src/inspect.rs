@@ -28,7 +28,8 @@ fn sqlite_file(db: &str) -> Option<PathBuf> {
 }
 
 /// Opens an existing population database for reading. A missing SQLite file is an
-/// error (a read command never creates a database).
+/// error (a read command never creates a database); a current one is opened read-only
+/// ([`Store::open_to_read`]).
 pub async fn open_existing(db: &str) -> Result<Store> {
     if let Some(path) = sqlite_file(db) {
         if !path.exists() {
@@ -38,7 +39,7 @@ pub async fn open_existing(db: &str) -> Result<Store> {
             );
         }
     }
-    Store::open(db)
+    Store::open_to_read(db)
         .await
         .context(|| format!("opening the population database {db}"))
 }

@@ -221,7 +221,8 @@ fn evaluating(
     })
 }
 
-/// The config's `[search] seeds`, each a valid genome of the space.
+/// The config's `[search] seeds`, each a valid genome of the space (a seed that breaks a
+/// constraint is an error, not silently dropped).
 fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
     context
         .config
@@ -234,6 +235,16 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
                 .space
                 .check_genome(&g)
                 .context(|| format!("[search] seed `{s}`"))?;
+            if let Some(r) = context.space.rejection(&g) {
+                let why = match &r.error {
+                    Some(e) => format!("constraint `{}` cannot be computed: {e}", r.constraint),
+                    None => format!("it violates constraint `{}`", r.constraint),
+                };
+                refuse!(
+                    "[search] seed `{s}` is not a valid genome of family {}: {why}",
+                    context.family.name
+                );
+            }
             Ok(g)
         })
         .collect()
@@ -379,8 +390,9 @@ fn pid_alive(pid: u32) -> Option<bool> {
     Some(Path::new(&format!("/proc/{pid}")).exists())
 }
 
-/// Registers this process as a host of the run, after giving back at once the leases of
-/// dead processes of this host (SIGKILL, a crash) instead of after their timeout.
+/// Registers this process as a host of the run, after ending the dead processes of this
+/// machine that were hosts of it (SIGKILL, a crash): their leases are given back at once
+/// instead of after their timeout, and they no longer count as hosts still working.
 async fn register(
     store: &Store,
     run: RunId,
@@ -407,7 +419,7 @@ async fn register(
             && h.pid != me.pid
             && pid_alive(h.pid) == Some(false)
         {
-            let n = store.release_leases(&h.id).await?;
+            let n = store.end_dead_host(&h.id).await?;
             if n > 0 {
                 progress.note(&format!(
                     "released {n} candidate(s) claimed by {}, which died",

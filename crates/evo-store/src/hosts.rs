@@ -186,6 +186,20 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// Ends a host whose process is known to be dead (killed, crashed): its leases are
+    /// released and it is marked finished, so no one waits for it or counts it as working.
+    /// Its counters stay as they were. Returns how many leases were released.
+    pub async fn end_dead_host(&self, host: &str) -> Result<u64, StoreError> {
+        let released = self.release_leases(host).await?;
+        sqlx::query("UPDATE hosts SET finished_at = $1 WHERE id = $2 AND finished_at IS NULL")
+            .bind(now())
+            .bind(host)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("ending dead host {host}"))?;
+        Ok(released)
+    }
+
     /// Marks the host finished with its counters, and releases its leases.
     pub async fn finish_host(
         &self,

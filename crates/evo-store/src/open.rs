@@ -127,12 +127,22 @@ fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
     Ok(PathBuf::from(path))
 }
 
+/// What [`check_existing`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// No file, an empty one, or a database without every migration of this build:
+    /// opening it writes (creates, migrates).
+    NeedsWrite,
+    /// An evo database at this build's schema: it can be read without writing.
+    Current,
+}
+
 /// Checks, without writing anything, that the file at `path` (if it exists and is not
 /// empty) is an evo population database this build may open.
-async fn check_existing(path: &Path) -> Result<(), StoreError> {
+async fn check_existing(path: &Path) -> Result<Existing, StoreError> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Existing::NeedsWrite),
         Err(source) => {
             return Err(StoreError::Io {
                 path: path.to_path_buf(),
@@ -148,7 +158,7 @@ async fn check_existing(path: &Path) -> Result<(), StoreError> {
     }
     if meta.len() == 0 {
         // SQLite treats an empty file as an empty database.
-        return Ok(());
+        return Ok(Existing::NeedsWrite);
     }
     let mut header = Vec::with_capacity(16);
     std::fs::File::open(path)
@@ -168,14 +178,7 @@ async fn check_existing(path: &Path) -> Result<(), StoreError> {
     // `-wal` file beside it (no evo has it open and none died with it open) the main file
     // is the whole database: read it as immutable, so SQLite does not even create the
     // `-wal` and `-shm` files. With one, read through it (it may hold committed data).
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let immutable = !Path::new(&wal).exists();
-    let mut conn = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .immutable(immutable)
-        .busy_timeout(BUSY_TIMEOUT)
+    let mut conn = read_only_options(path)
         .connect()
         .await
         .map_err(|e| StoreError::Open {
@@ -187,7 +190,19 @@ async fn check_existing(path: &Path) -> Result<(), StoreError> {
     result
 }
 
-async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
+/// Options that read the file without writing it or creating anything beside it (see
+/// [`check_existing`]).
+fn read_only_options(path: &Path) -> SqliteConnectOptions {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .immutable(!Path::new(&wal).exists())
+        .busy_timeout(BUSY_TIMEOUT)
+}
+
+async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<Existing, StoreError> {
     let tables: Vec<String> = sqlx::query(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
          ORDER BY name",
@@ -210,7 +225,7 @@ async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
     .map(|row| row.get::<String, _>(0))
     .collect();
     if tables.is_empty() {
-        return Ok(());
+        return Ok(Existing::NeedsWrite);
     }
     let has = |name: &str| tables.iter().any(|t| t == name);
     if !has("_sqlx_migrations") && !has("meta") {
@@ -221,13 +236,15 @@ async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
     }
     let known = known_schema_versions();
     let mut unknown: Vec<i64> = Vec::new();
+    let mut applied: Vec<i64> = Vec::new();
     if has("_sqlx_migrations") {
-        let versions: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
-                .fetch_all(&mut *conn)
-                .await
-                .ctx(|| format!("reading the schema versions of {}", path.display()))?;
-        unknown.extend(versions.into_iter().filter(|v| !known.contains(v)));
+        applied = sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .ctx(|| format!("reading the schema versions of {}", path.display()))?;
+        unknown.extend(applied.iter().copied().filter(|v| !known.contains(v)));
     }
     if has("meta") {
         let recorded: Option<String> =
@@ -241,12 +258,15 @@ async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
             }
         }
     }
-    if unknown.is_empty() {
-        Ok(())
-    } else {
+    if !unknown.is_empty() {
         unknown.sort_unstable();
-        Err(too_new(path, unknown))
+        return Err(too_new(path, unknown));
     }
+    Ok(if known.iter().all(|v| applied.contains(v)) {
+        Existing::Current
+    } else {
+        Existing::NeedsWrite
+    })
 }
 
 fn too_new(path: &Path, unknown: Vec<i64>) -> StoreError {
@@ -256,6 +276,52 @@ fn too_new(path: &Path, unknown: Vec<i64>) -> StoreError {
         known_max: schema_version(),
         evo_version: EVO_VERSION,
     }
+}
+
+/// Opens an existing database to read it: a SQLite file at this build's schema is opened
+/// read-only (nothing is written, nothing created beside it, so a file or folder without
+/// write permission can be read); one that needs a migration, and PostgreSQL, are opened
+/// as [`open`] does.
+pub(crate) async fn open_to_read(url_or_path: &str) -> Result<Store, StoreError> {
+    sqlx::any::install_default_drivers();
+    let path = match database_location(url_or_path)? {
+        Location::Sqlite(path) => path,
+        Location::Postgres(url) => return open_postgres(url).await,
+    };
+    if check_existing(&path).await? == Existing::NeedsWrite {
+        return open_sqlite(path).await;
+    }
+    let open_err = |e: sqlx::Error| StoreError::Open {
+        path: path.clone(),
+        source: Box::new(e),
+    };
+    let url = read_only_options(&path).to_url_lossy();
+    let options = AnyConnectOptions::from_url(&url).map_err(open_err)?;
+    let pool = AnyPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute(
+                    format!(
+                        "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON",
+                        BUSY_TIMEOUT.as_millis()
+                    )
+                    .as_str(),
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await
+        .map_err(open_err)?;
+    let location = path.display().to_string();
+    Ok(Store {
+        pool,
+        kind: DbKind::Sqlite,
+        path: Some(path),
+        location,
+    })
 }
 
 pub(crate) async fn open(url_or_path: &str) -> Result<Store, StoreError> {

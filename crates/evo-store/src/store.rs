@@ -325,6 +325,13 @@ impl Store {
         crate::open::open(url_or_path).await
     }
 
+    /// Opens an existing database for the read commands: without writing anything when it
+    /// is a SQLite file at this build's schema (so read-only files and folders can be
+    /// read); one that needs a migration is opened (and migrated) as [`Store::open`] does.
+    pub async fn open_to_read(url_or_path: &str) -> Result<Store, StoreError> {
+        crate::open::open_to_read(url_or_path).await
+    }
+
     /// The database file; on PostgreSQL the server's URL without its password (see
     /// [`Store::file`]).
     pub fn path(&self) -> &Path {

@@ -9,14 +9,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::{ShapeMeasurement, Status};
 use evo_eval::landscape::{Landscape, Point, FORMAT};
 use evo_search::StrategyKind;
-use evo_store::Store;
 
 pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
-        let store = Store::open(db)
-            .await
-            .with_context(|| format!("opening {db}"))?;
+        let store = evo_run::inspect::open_existing(db).await?;
         let r = store
             .run(run)
             .await?
