@@ -174,6 +174,10 @@ pub enum Command {
         run: Option<String>,
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// One table with every shape's time and TFLOP/s as columns (wide); by default
+        /// the candidates and the per-shape times are two tables that fit 100 columns.
+        #[arg(long)]
+        wide: bool,
         #[command(flatten)]
         db: DbArg,
     },

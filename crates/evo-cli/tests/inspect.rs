@@ -144,13 +144,39 @@ fn elites_are_ranked_by_fitness_with_every_column() {
         .fold(f64::MIN, f64::max);
     assert_eq!(elites[0]["fitness"].as_f64().unwrap(), best);
 
-    let text = run_text(&["elites", "r1", "--top", "3"]);
+    // The default view fits 100 columns: the candidates, then the shapes as rows (in the
+    // config's order) with the baseline and each of the first ranks.
+    let text = run_text(&["elites", "r1", "--top", "8"]);
     for col in [
-        "rank", "id", "hash", "gen", "fitness", "status", "knobs", "s1 µs", "s5 µs", "TFLOP/s",
+        "rank", "id", "hash", "fitness", "status", "knobs", "baseline", "#1", "#5", "--wide",
     ] {
         assert!(text.contains(col), "{col} missing:\n{text}");
     }
+    assert!(!text.contains("#6"), "{text}");
     assert!(text.contains(&elites[0]["hash"].as_str().unwrap()[..8]));
+    let widest = text.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(widest <= 100, "{widest} columns:\n{text}");
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("s1 = "))
+        .unwrap();
+    assert!(
+        first.ends_with("SEQ_KV=512,SEQ_Q=512") && first.contains("BATCH=1,"),
+        "{first}"
+    );
+    let second = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("s2 = "))
+        .unwrap();
+    assert!(
+        second.contains("BATCH=2,") && second.contains("SEQ_Q=512"),
+        "{second}"
+    );
+    // `--wide`: one table with every shape's time and TFLOP/s as columns.
+    let wide = run_text(&["elites", "r1", "--top", "3", "--wide"]);
+    for col in ["gen", "s1 µs", "s5 µs", "TFLOP/s"] {
+        assert!(wide.contains(col), "{col} missing:\n{wide}");
+    }
 }
 
 #[test]

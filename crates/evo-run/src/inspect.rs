@@ -208,6 +208,23 @@ pub async fn baselines(store: &Store, run: &Run) -> Result<BTreeMap<String, f64>
         .collect())
 }
 
+/// The keys of the run's configured shapes in the order its config lists them (empty when
+/// the stored config cannot be read): tables show shapes in this order.
+pub fn shape_order(run: &Run) -> Vec<String> {
+    let Ok(config) = crate::context::stored_config(run) else {
+        return Vec::new();
+    };
+    let Some(problem) = evo_kernels::problem(&config.problem) else {
+        return Vec::new();
+    };
+    config
+        .shapes
+        .iter()
+        .filter_map(|s| problem.complete_shape(s).ok())
+        .map(|v| evo_core::shape_key(&v))
+        .collect()
+}
+
 pub fn knobs(genome: &str) -> BTreeMap<String, String> {
     Genome::parse(genome)
         .map(|g| g.iter().map(|(k, v)| (k.clone(), v.to_string())).collect())

@@ -31,10 +31,12 @@ pub enum ShowWhat {
 }
 
 /// Short labels `s1`, `s2`, ... for the run's shapes (baseline shapes, else measured
-/// ones), in a stable order, with the full key each stands for.
+/// ones), in the config's order (`order`, from [`evo_run::inspect::shape_order`]; shapes
+/// it lacks last), with the full key each stands for.
 pub fn shape_labels(
     baselines: &BTreeMap<String, f64>,
     rows: &[CandidateRow],
+    order: &[String],
 ) -> Vec<(String, String)> {
     // The configured shapes have a baseline; the correctness-only edge shapes have no
     // time. Without baselines, every shape some row has a time for.
@@ -48,6 +50,7 @@ pub fn shape_labels(
             }
         }
     }
+    keys.sort_by_key(|k| order.iter().position(|o| o == k).unwrap_or(usize::MAX));
     keys.into_iter()
         .enumerate()
         .map(|(i, k)| (format!("s{}", i + 1), k))
@@ -160,7 +163,10 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
 
 // ---------------------------------------------------------------- evo elites
 
-pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<ExitCode> {
+/// Ranks whose per-shape times the compact `evo elites` table shows (`--wide`: all).
+const COMPACT_RANKS: usize = 5;
+
+pub fn elites(db: &str, run: Option<&str>, top: usize, wide: bool, json: bool) -> Result<ExitCode> {
     crate::setup::runtime()?.block_on(async {
         let store = open_existing(db).await?;
         let run = find_run(&store, run, db).await?;
@@ -177,7 +183,7 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<Exi
             return Ok(ExitCode::SUCCESS);
         }
         let base = baselines(&store, &run).await?;
-        let labels = shape_labels(&base, &rows);
+        let labels = shape_labels(&base, &rows, &evo_run::inspect::shape_order(&run));
         let (varying, common) = varying_knobs(&rows);
         println!(
             "run `{}` ({}), top {} by fitness (geometric mean of baseline time / time)",
@@ -186,23 +192,30 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<Exi
             rows.len()
         );
         for (l, k) in &labels {
+            // The compact view has the baseline in its shape table.
+            let baseline = base.get(k).filter(|_| wide);
             println!(
                 "  {l} = {k}{}",
-                base.get(k)
-                    .map_or(String::new(), |b| format!("  (baseline {b:.2} µs)"))
+                baseline.map_or(String::new(), |b| format!("  (baseline {b:.2} µs)"))
             );
         }
         if !common.is_empty() {
             println!("  every row has {}", common.join(" "));
         }
-        let mut header: Vec<String> = ["rank", "id", "hash", "gen", "fitness", "status", "knobs"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        header.extend(labels.iter().map(|(l, _)| format!("{l} µs\nTFLOP/s")));
         let with_resources = rows.iter().any(|r| r.resources != ResourceSummary::default());
+        let mut header: Vec<String> = ["rank", "id", "hash"].map(String::from).to_vec();
+        if wide {
+            header.push("gen".into());
+        }
+        header.extend(["fitness", "status", "knobs"].map(String::from));
+        if wide {
+            header.extend(labels.iter().map(|(l, _)| format!("{l} µs\nTFLOP/s")));
+        }
         if with_resources {
-            header.extend(["regs", "smem", "spill", "TC ops"].map(String::from));
+            header.extend(["regs", "smem", "spill"].map(String::from));
+            if wide {
+                header.push("TC ops".into());
+            }
         }
         let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
         let mut t = table(&header_refs);
@@ -215,32 +228,70 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, json: bool) -> Result<Exi
                 r.rank.unwrap_or(0).to_string(),
                 r.id.to_string(),
                 r.hash[..8.min(r.hash.len())].to_string(),
-                r.generation.to_string(),
-                opt(r.fitness, 4),
-                r.status.clone(),
-                knobs.join("\n"),
             ];
-            for (_, key) in &labels {
-                let s = r.shapes.iter().find(|s| &s.shape == key);
-                cells.push(match s {
-                    Some(s) => format!("{}\n{}", opt(s.median_us, 2), opt(s.tflops, 1)),
-                    None => "-".into(),
-                });
+            if wide {
+                cells.push(r.generation.to_string());
+            }
+            cells.extend([opt(r.fitness, 4), r.status.clone(), knobs.join("\n")]);
+            if wide {
+                for (_, key) in &labels {
+                    let s = r.shapes.iter().find(|s| &s.shape == key);
+                    cells.push(match s {
+                        Some(s) => format!("{}\n{}", opt(s.median_us, 2), opt(s.tflops, 1)),
+                        None => "-".into(),
+                    });
+                }
             }
             if with_resources {
                 cells.push(opt_u(r.resources.registers));
                 cells.push(r.resources.smem_bytes.map_or("-".into(), bytes));
                 cells.push(r.resources.spill_bytes.map_or("-".into(), bytes));
-                cells.push(opt_u(r.resources.tensor_ops));
+                if wide {
+                    cells.push(opt_u(r.resources.tensor_ops));
+                }
             }
             t.add_row(cells);
         }
         println!("{t}");
+        if !wide {
+            println!("{}", shape_table(&rows, &labels, &base));
+            if rows.len() > COMPACT_RANKS {
+                println!("(times of ranks past #{COMPACT_RANKS}, and TFLOP/s: `--wide`)");
+            }
+        }
         if !with_resources {
-            println!("(no resource record, e.g. a replayed run: no regs/smem/spill/TC ops columns; `evo show ID --log` compiles a candidate and prints its ptxas report)");
+            println!("(no resource record, e.g. a replayed run: no regs/smem/spill columns;\n `evo show ID --log` compiles a candidate and prints its ptxas report)");
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The compact `evo elites` view's second table: one row per shape (config order), its
+/// baseline time and the time of each of the first [`COMPACT_RANKS`] ranks, in µs.
+fn shape_table(
+    rows: &[CandidateRow],
+    labels: &[(String, String)],
+    base: &BTreeMap<String, f64>,
+) -> comfy_table::Table {
+    let shown = &rows[..rows.len().min(COMPACT_RANKS)];
+    let mut header = vec!["µs".to_string(), "baseline".to_string()];
+    header.extend(shown.iter().map(|r| format!("#{}", r.rank.unwrap_or(0))));
+    let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header_refs);
+    for (label, key) in labels {
+        let mut cells = vec![label.clone(), opt(base.get(key).copied(), 2)];
+        cells.extend(shown.iter().map(|r| {
+            opt(
+                r.shapes
+                    .iter()
+                    .find(|s| &s.shape == key)
+                    .and_then(|s| s.median_us),
+                2,
+            )
+        }));
+        t.add_row(cells);
+    }
+    t
 }
 
 // ---------------------------------------------------------------- evo show

@@ -126,7 +126,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             search::run(request, *budget, !no_progress, cli.json)
         }
         Command::Runs { db } => inspect::runs(&db.db, cli.json),
-        Command::Elites { run, top, db } => inspect::elites(&db.db, run.as_deref(), *top, cli.json),
+        Command::Elites { run, top, wide, db } => {
+            inspect::elites(&db.db, run.as_deref(), *top, *wide, cli.json)
+        }
         Command::Show {
             id,
             source,

@@ -657,7 +657,7 @@ fn render_html(
     insights: &Json,
     top: usize,
 ) -> Result<String> {
-    let labels = inspect::shape_labels(base, elites);
+    let labels = inspect::shape_labels(base, elites, &evo_run::inspect::shape_order(run));
     let mut h = String::new();
     let _ = write!(
         h,
