@@ -40,6 +40,8 @@ pub(crate) struct Tally {
     pub best: Option<f64>,
     /// Whether the user was told that the sanitizer gate cannot run here.
     pub sanitizer_unavailable_said: bool,
+    /// The budget share at this invocation's first result (see [`eta`]).
+    pub first_share: Option<f64>,
 }
 
 impl Tally {
@@ -261,12 +263,21 @@ impl Run {
         tally.evaluated += 1;
         tally.gpu_ms += r.gpu_ms;
         *tally.by_status.entry(status.name()).or_default() += 1;
-        let hours = shift.started.elapsed().as_secs_f64() / 3600.0;
+        let elapsed = shift.started.elapsed();
+        let share = budget_share(shift.host.budget, elapsed, tally.evaluated, generation);
+        let first_share = *tally.first_share.get_or_insert(match shift.host.budget {
+            // A resumed run's generation budget was partly spent before this invocation.
+            Some(Budget::Generations(_)) => share.unwrap_or(0.0),
+            _ => 0.0,
+        });
         shift.progress.evaluated(&Evaluated {
             generation,
             evaluated: tally.evaluated,
             by_status: &tally.by_status,
-            per_hour: tally.evaluated as f64 / hours.max(1e-9),
+            per_hour: tally.evaluated as f64 / (elapsed.as_secs_f64() / 3600.0).max(1e-9),
+            best_fitness: tally.best,
+            budget_share: share,
+            eta: share.and_then(|s| eta(elapsed, first_share, s)),
         });
         tracing::info!(genome = %genome.canonical(), status = status.name(), fitness = ?fitness, "evaluated");
         Ok(())
@@ -404,6 +415,28 @@ impl Run {
     }
 }
 
+/// The share of `budget` spent after `elapsed`, `evaluated` results of this invocation,
+/// or in generation `generation` of the run (a generation budget counts the run's).
+fn budget_share(
+    budget: Option<Budget>,
+    elapsed: Duration,
+    evaluated: u64,
+    generation: u32,
+) -> Option<f64> {
+    let share = match budget? {
+        Budget::Time(t) => elapsed.as_secs_f64() / t.as_secs_f64().max(1e-9),
+        Budget::Evaluations(n) => evaluated as f64 / n.max(1) as f64,
+        Budget::Generations(n) => f64::from(generation) / f64::from(n.max(1)),
+    };
+    Some(share.clamp(0.0, 1.0))
+}
+
+/// Time left at the pace so far: `elapsed` took the budget from `first` to `now`.
+fn eta(elapsed: Duration, first: f64, now: f64) -> Option<Duration> {
+    let done = now - first;
+    (done > 1e-6).then(|| Duration::from_secs_f64(elapsed.as_secs_f64() * (1.0 - now) / done))
+}
+
 /// The budget of `host` that is spent, if one is: time from `started`, or evaluations
 /// (those in flight count). A spent time budget also halts what has not reached a GPU.
 fn spent(host: &HostOptions, started: Instant, evaluations: u64) -> Option<&'static str> {
@@ -414,5 +447,32 @@ fn spent(host: &HostOptions, started: Instant, evaluations: u64) -> Option<&'sta
         }
         Some(Budget::Evaluations(n)) if evaluations >= n => Some("evaluation budget spent"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_share_and_eta() {
+        let min = |m: u64| Duration::from_secs(60 * m);
+        let b = Some(Budget::Time(min(60)));
+        assert_eq!(budget_share(b, min(15), 7, 0), Some(0.25));
+        assert_eq!(eta(min(15), 0.0, 0.25), Some(min(45)));
+        let b = Some(Budget::Evaluations(200));
+        assert_eq!(budget_share(b, min(10), 50, 3), Some(0.25));
+        assert_eq!(eta(min(10), 0.0, 0.25), Some(min(30)));
+        // A resumed run at generation 5 of 10 that reached generation 6 in 4 minutes.
+        let b = Some(Budget::Generations(10));
+        assert_eq!(budget_share(b, min(4), 30, 6), Some(0.6));
+        let left = eta(min(4), 0.5, 0.6).unwrap().as_secs_f64();
+        assert!((left - 16.0 * 60.0).abs() < 1e-6, "{left}");
+        assert_eq!(eta(min(4), 0.5, 0.5), None);
+        assert_eq!(budget_share(None, min(4), 30, 6), None);
+        assert_eq!(
+            budget_share(Some(Budget::Time(min(1))), min(2), 0, 0),
+            Some(1.0)
+        );
     }
 }

@@ -29,6 +29,12 @@ pub struct Evaluated<'a> {
     pub by_status: &'a BTreeMap<&'static str, u64>,
     /// Results per hour of this invocation.
     pub per_hour: f64,
+    /// The best fitness in the run so far (baseline time / time; regressed included).
+    pub best_fitness: Option<f64>,
+    /// The share of this invocation's budget spent, 0 to 1 (`None`: no budget).
+    pub budget_share: Option<f64>,
+    /// Time left until the budget is spent, at this invocation's pace so far.
+    pub eta: Option<std::time::Duration>,
 }
 
 /// A [`Progress`] that reports nothing (tests, scripts).

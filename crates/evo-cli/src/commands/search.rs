@@ -26,10 +26,16 @@ impl evo_run::Progress for Bar {
             .filter(|(s, _)| **s != "evaluated")
             .map(|(s, n)| format!("{s} {n}"))
             .collect();
+        let budget = match (u.budget_share, u.eta) {
+            (Some(s), Some(eta)) => format!(" | {:.0}% of the budget, ETA {}", 100.0 * s, hm(eta)),
+            (Some(s), None) => format!(" | {:.0}% of the budget", 100.0 * s),
+            _ => String::new(),
+        };
         self.0.set_message(format!(
-            "gen {} | {} evaluated here | {} | {:.0}/h",
+            "gen {} | {} evaluated here | best {} the baseline | {} | {:.0}/h{budget}",
             u.generation,
             u.evaluated,
+            u.best_fitness.map_or("-".into(), |f| format!("{f:.3}x")),
             if failures.is_empty() {
                 "no failures".to_string()
             } else {
@@ -44,6 +50,16 @@ impl evo_run::Progress for Bar {
             "generation {generation}: {evaluated} genomes evaluated in the run, best fitness {}",
             best_fitness.map_or("-".into(), |f| format!("{f:.4}x"))
         ));
+    }
+}
+
+/// `1h05m`, `4m10s`, `12s`.
+fn hm(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
 }
 
