@@ -111,6 +111,15 @@ fn runs_lists_both_runs() {
     for col in ["id", "name", "family", "status", "candidates", "statuses"] {
         assert!(text.contains(col), "{col} missing:\n{text}");
     }
+    // Every timed candidate of the replay regressed against PyTorch: the best is shown
+    // (as `evo search` and the report show it), marked regressed, not "-".
+    let best = all_elites()[0].clone();
+    assert_eq!(best["status"], "regressed");
+    let shown = format!("{:.4}x", best["fitness"].as_f64().unwrap());
+    assert!(
+        text.contains(&shown) && text.contains("(regressed)"),
+        "{shown}:\n{text}"
+    );
 }
 
 #[test]
@@ -593,7 +602,7 @@ fn report_holds_every_chart_with_its_data() {
 fn report_of_a_run_without_timed_candidates_still_renders() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");
-    // An empty landscape: every genome comes back launch_failed.
+    // An empty landscape: every genome comes back not_recorded.
     let land = dir.path().join("empty.json");
     std::fs::write(
         &land,

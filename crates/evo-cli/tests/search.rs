@@ -389,7 +389,7 @@ fn bad_search_arguments_are_explained() {
 
 /// Replaying the search recorded on an H200: every genome the recorded run evaluated
 /// comes back with its recorded fitness (the seed genome's was 0.8066 against PyTorch),
-/// and a genome it never evaluated is `launch_failed` ("not in the recorded landscape"),
+/// and a genome it never evaluated is `not_recorded` ("not in the recorded landscape"),
 /// never scored. (With the family as recorded, the replay proposes exactly the recorded
 /// genomes; a later change of the family's constraints may propose others.)
 #[test]
@@ -427,7 +427,7 @@ fn replaying_the_recorded_h200_search() {
             ),
             None => assert_eq!(
                 (status.as_deref(), *fitness),
-                (Some("launch_failed"), None),
+                (Some("not_recorded"), None),
                 "{genome}"
             ),
         }

@@ -55,6 +55,9 @@ impl Gate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// The replay evaluator has no record of the genome (it was never measured on the
+    /// GPU the landscape was recorded on): no verdict, no fitness.
+    NotRecorded,
     RenderFailed,
     CompileFailed,
     RejectedStatic,
@@ -68,7 +71,8 @@ pub enum Status {
 
 impl Status {
     /// Every status, in the order of the gates that give them.
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
+        Status::NotRecorded,
         Status::RenderFailed,
         Status::CompileFailed,
         Status::RejectedStatic,
@@ -83,6 +87,7 @@ impl Status {
     /// The snake_case name used in files and databases.
     pub fn name(self) -> &'static str {
         match self {
+            Status::NotRecorded => "not_recorded",
             Status::RenderFailed => "render_failed",
             Status::CompileFailed => "compile_failed",
             Status::RejectedStatic => "rejected_static",
@@ -155,7 +160,7 @@ mod tests {
         assert!("exploded"
             .parse::<Status>()
             .unwrap_err()
-            .contains("known: render_failed"));
+            .contains("known: not_recorded, render_failed"));
         assert!("vibes".parse::<Gate>().is_err());
         let timed: Vec<Status> = Status::ALL
             .into_iter()

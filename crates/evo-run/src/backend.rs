@@ -388,7 +388,7 @@ impl Backend {
 fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeResult {
     let Some(p) = landscape.get(&genome.canonical()) else {
         return GenomeResult::failed(
-            Status::LaunchFailed,
+            Status::NotRecorded,
             None,
             "replay: this genome is not in the recorded landscape".into(),
             started,

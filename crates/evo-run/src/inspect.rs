@@ -444,7 +444,8 @@ pub struct RunStats {
 /// Order of the gates, and the statuses that stop a candidate at each.
 pub const FUNNEL: [(&str, &[Status]); 6] = [
     ("proposed", &[]),
-    ("rendered", &[Status::RenderFailed]),
+    // A replayed genome without a record never got a verdict, so it reached nothing.
+    ("rendered", &[Status::NotRecorded, Status::RenderFailed]),
     ("compiled", &[Status::CompileFailed]),
     ("passed static", &[Status::RejectedStatic]),
     (

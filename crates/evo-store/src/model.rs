@@ -159,6 +159,9 @@ pub struct RunSummary {
     pub counts: BTreeMap<String, u64>,
     /// Highest fitness of an `evaluated` candidate.
     pub best_fitness: Option<f64>,
+    /// Highest fitness of a `regressed` candidate (correct, slower than the baseline on
+    /// some shape): the best a run has when none is `evaluated` yet.
+    pub best_regressed: Option<f64>,
     /// Highest generation saved with [`crate::Store::save_generation`].
     pub last_generation: Option<u32>,
 }

@@ -461,11 +461,14 @@ impl Store {
              r.evaluator, r.device, r.status, \
              (SELECT MAX(c.fitness) FROM candidates c WHERE c.run_id = r.id AND c.status = $1) \
                AS best_fitness, \
+             (SELECT MAX(c.fitness) FROM candidates c WHERE c.run_id = r.id AND c.status = $2) \
+               AS best_regressed, \
              (SELECT MAX(g.generation) FROM generations g WHERE g.run_id = r.id) \
                AS last_generation \
              FROM runs r ORDER BY r.id",
         )
         .bind(Status::Evaluated.name())
+        .bind(Status::Regressed.name())
         .fetch_all(&self.pool)
         .await
         .ctx(|| "listing runs".into())?;
@@ -509,6 +512,7 @@ impl Store {
                     candidates: counts.values().sum(),
                     counts,
                     best_fitness: col(row, "best_fitness", T)?,
+                    best_regressed: col(row, "best_regressed", T)?,
                     last_generation: last_generation.map(|g| g as u32),
                 })
             })

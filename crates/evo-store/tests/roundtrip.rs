@@ -406,6 +406,7 @@ async fn elites_are_by_fitness_then_id(store: Store) {
         Some(3.0),
         "regressed 9.0 is not best"
     );
+    assert_eq!(summaries[0].best_regressed, Some(9.0));
     assert_eq!(summaries[0].candidates, 7);
     store.close().await;
 }

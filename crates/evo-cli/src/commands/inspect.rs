@@ -127,7 +127,7 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
             "gens",
             "candidates",
             "statuses",
-            "best evaluated",
+            "best",
             "started",
         ]);
         for r in &runs {
@@ -152,7 +152,13 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
                     .map_or("-".into(), |g| (g + 1).to_string()),
                 r.candidates.to_string(),
                 statuses.join("\n"),
-                r.best_fitness.map_or("-".into(), |f| format!("{f:.4}x")),
+                // As `evo search` and `evo report` say it: the best evaluated, else the
+                // best regressed (against a fast baseline early kernels all regress).
+                match (r.best_fitness, r.best_regressed) {
+                    (Some(f), _) => format!("{f:.4}x"),
+                    (None, Some(f)) => format!("{f:.4}x\n(regressed)"),
+                    (None, None) => "-".into(),
+                },
                 r.created_at.clone(),
             ]);
         }

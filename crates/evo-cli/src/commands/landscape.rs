@@ -27,7 +27,8 @@ pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
             points: Default::default(),
         };
         for c in store.candidates(r.id).await? {
-            let Some(status) = c.status else {
+            // Pending genomes, and those a replay had no record of, were never measured.
+            let Some(status) = c.status.filter(|s| *s != Status::NotRecorded) else {
                 continue;
             };
             // The records as stored, without the timing samples (they would make the
