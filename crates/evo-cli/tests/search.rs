@@ -387,6 +387,72 @@ fn bad_search_arguments_are_explained() {
         ));
 }
 
+/// `baseline = "torch"` where PyTorch cannot be measured (here: the replay evaluator runs
+/// no GPU) says why and falls back to the first seed genome, which the run then stores as
+/// its baseline (fitness 1).
+#[test]
+fn a_torch_baseline_without_a_gpu_falls_back_to_the_seed_genome() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("population.db");
+    let config = dir.path().join("torch.toml");
+    let text = std::fs::read_to_string(root().join("configs/sdpa_replay.toml")).unwrap();
+    let text = text
+        .replace(
+            "baseline = \"import:../tests/data/torch_sdpa_baseline_h200.json\"",
+            "baseline = \"torch\"",
+        )
+        .replace(
+            "family = \"sdpa_fwd_mma\"",
+            &format!(
+                "family = \"sdpa_fwd_mma\"\ntemplates = \"{}\"",
+                root().join("templates").display()
+            ),
+        );
+    assert!(text.contains("baseline = \"torch\""));
+    std::fs::write(&config, text).unwrap();
+    let out = Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .arg("search")
+        .arg("-c")
+        .arg(&config)
+        .args([
+            "--no-progress",
+            "--run",
+            "t",
+            "--budget",
+            "1gen",
+            "--evaluator",
+        ])
+        .arg(format!(
+            "replay:{}",
+            root()
+                .join("tests/data/landscape_sdpa_fwd_mma_h200.json")
+                .display()
+        ))
+        .arg("--db")
+        .arg(&db)
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(
+        stderr.contains("PyTorch SDPA cannot be measured here (the replay evaluator runs no GPU): the baseline is the first seed genome instead"),
+        "{stderr}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sources: Vec<String> = rt.block_on(async {
+        let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+        let r = store.run("t").await.unwrap().unwrap();
+        let b = store.baselines(r.id).await.unwrap();
+        b.into_iter().map(|b| b.source).collect()
+    });
+    assert_eq!(sources.len(), 5, "{sources:?}");
+    assert!(
+        sources.iter().all(|s| s.starts_with("genome:")),
+        "{sources:?}"
+    );
+}
+
 /// Replaying the search recorded on an H200: every genome the recorded run evaluated
 /// comes back with its recorded fitness (the seed genome's was 0.8066 against PyTorch),
 /// and a genome it never evaluated is `not_recorded` ("not in the recorded landscape"),

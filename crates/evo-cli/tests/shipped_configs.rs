@@ -29,15 +29,20 @@ fn every_shipped_config_loads_and_its_seeds_are_valid_genomes() {
             .templates
             .clone()
             .unwrap_or_else(|| root().join("templates"));
-        let family = Family::load(&templates, &config.problem, &config.family)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let target = Target::from_arch("sm_90a").unwrap();
-        let specs = Specializations::new(family.problem, target, &config.shapes)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        specs
-            .check_family(&family)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let space = family.space(specs.contexts()).unwrap();
+        // Every family a config names runs its shapes (the first is the one on sm_90a).
+        let mut spaces = Vec::new();
+        for name in &config.families {
+            let family = Family::load(&templates, &config.problem, name)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let target = Target::from_arch("sm_90a").unwrap();
+            let specs = Specializations::new(family.problem, target, &config.shapes)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            specs
+                .check_family(&family)
+                .unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
+            spaces.push(family.space(specs.contexts()).unwrap());
+        }
+        let space = &spaces[0];
         for s in &config.search.seeds {
             let g =
                 Genome::parse(s).unwrap_or_else(|e| panic!("{}: seed {s}: {e}", path.display()));

@@ -2,7 +2,9 @@
 //!
 //! ```toml
 //! problem = "gemm"              # which problem (ABI, reference, shapes' meaning)
-//! family = "gemm_mma"           # templates/<problem>/<family>.toml
+//! family = "gemm_mma"           # templates/<problem>/<family>.toml; or a list in order of
+//!                               # preference, e.g. ["sdpa_fwd_wgmma", "sdpa_fwd_mma"]: the
+//!                               # first the target architecture runs (its `min_arch`)
 //! templates = "../templates"    # optional; relative to this file
 //!
 //! [spec]                        # compile-time values shared by every shape
@@ -336,10 +338,12 @@ pub struct SearchSection {
     pub params: SearchParams,
     /// Genomes evaluated in generation 0 (canonical `K=V,...`).
     pub seeds: Vec<String>,
-    /// The fitness baseline: `genome:K=V,...` (a genome of the family, evaluated first;
-    /// default: the first seed genome, else the first valid genome) or `import:FILE` (an
-    /// evo-baseline-1 JSON file of per-shape times, e.g. PyTorch SDPA measured on the same
-    /// GPU by scripts/torch_sdpa_baseline.py), relative to the config's folder.
+    /// The fitness baseline: `torch` (PyTorch's `scaled_dot_product_attention`, measured on
+    /// the run's GPU when the run starts, by scripts/torch_sdpa_baseline.py; the first seed
+    /// genome instead, with a message, where PyTorch cannot run), `genome:K=V,...` (a genome
+    /// of the family, evaluated first; default: the first seed genome, else the first valid
+    /// genome) or `import:FILE` (an evo-baseline-1 JSON file of per-shape times, e.g. PyTorch
+    /// SDPA measured on the same GPU by that script), relative to the config's folder.
     pub baseline: Option<String>,
     /// Stop after this many generations without a better best fitness (0: never).
     pub patience: u32,
@@ -382,11 +386,19 @@ impl SearchSection {
     }
 }
 
+/// `family = "name"` or `family = ["first choice", "fallback", ...]`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+enum FamilyField {
+    One(String),
+    Choices(Vec<String>),
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     problem: String,
-    family: String,
+    family: FamilyField,
     templates: Option<PathBuf>,
     #[serde(default)]
     spec: toml::Table,
@@ -411,7 +423,11 @@ struct RawConfig {
 pub struct SearchConfig {
     pub path: PathBuf,
     pub problem: String,
+    /// The family searched: the config's own, or the one chosen from `families` for the
+    /// target architecture (evo-run's context loading sets it).
     pub family: String,
+    /// Every family the config names, in its order of preference (one for most configs).
+    pub families: Vec<String>,
     /// Templates folder named by the config, resolved against the config's folder.
     pub templates: Option<PathBuf>,
     pub shapes: Vec<Vars>,
@@ -560,11 +576,36 @@ impl SearchConfig {
                 message,
             });
         }
+        let families = match raw.family {
+            FamilyField::One(f) => vec![f],
+            FamilyField::Choices(list) => list,
+        };
+        if families.is_empty() || families.iter().any(|f| f.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: "`family` must name a family, or list families in order of preference"
+                    .into(),
+            });
+        }
+        if families.len() > 1
+            && (!raw.search.seeds.is_empty()
+                || raw
+                    .search
+                    .baseline
+                    .as_deref()
+                    .is_some_and(|b| b.starts_with("genome:")))
+        {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: "[search] seeds and a `genome:` baseline are genomes of one family; a config naming several families cannot have them (name one family, or use baseline = \"torch\" or \"import:FILE\")".into(),
+            });
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(SearchConfig {
             path: path.to_path_buf(),
             problem: raw.problem,
-            family: raw.family,
+            family: families[0].clone(),
+            families,
             templates: raw.templates.map(|t| base.join(t)),
             shapes,
             compile: raw.compile,
@@ -581,6 +622,42 @@ impl SearchConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_list_is_read_in_order_and_excludes_one_family_genomes() {
+        let head = "problem = \"sdpa_fwd\"\nfamily = [\"sdpa_fwd_wgmma\", \"sdpa_fwd_mma\"]\n[[shapes]]\nBATCH = 1\n";
+        let c = SearchConfig::parse(Path::new("c.toml"), head).unwrap();
+        assert_eq!(c.families, ["sdpa_fwd_wgmma", "sdpa_fwd_mma"]);
+        assert_eq!(c.family, "sdpa_fwd_wgmma");
+        let one = SearchConfig::parse(
+            Path::new("c.toml"),
+            &head.replace(
+                "family = [\"sdpa_fwd_wgmma\", \"sdpa_fwd_mma\"]",
+                "family = \"sdpa_fwd_mma\"",
+            ),
+        )
+        .unwrap();
+        assert_eq!(one.families, ["sdpa_fwd_mma"]);
+        for extra in [
+            "[search]\nseeds = [\"A=1\"]\n",
+            "[search]\nbaseline = \"genome:A=1\"\n",
+        ] {
+            let e =
+                SearchConfig::parse(Path::new("c.toml"), &format!("{head}{extra}")).unwrap_err();
+            assert!(e.to_string().contains("several families"), "{e}");
+        }
+        let ok = SearchConfig::parse(
+            Path::new("c.toml"),
+            &format!("{head}[search]\nbaseline = \"torch\"\n"),
+        );
+        assert!(ok.is_ok());
+        let e = SearchConfig::parse(
+            Path::new("c.toml"),
+            &head.replace("[\"sdpa_fwd_wgmma\", \"sdpa_fwd_mma\"]", "[]"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("must name a family"), "{e}");
+    }
 
     #[test]
     fn values_out_of_range_name_the_key_and_the_range() {

@@ -403,7 +403,7 @@ pub const SANITIZER_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// Runs `command` to completion with its output captured, killing it after `limit`
 /// (an error that says so).
-fn output_within(
+pub fn output_within(
     command: &mut Command,
     limit: std::time::Duration,
 ) -> std::io::Result<std::process::Output> {

@@ -1,8 +1,10 @@
-//! The baseline: per-shape times every fitness is relative to. Imported from a file
-//! measured outside evo (`[search] baseline = "import:FILE"`, e.g. PyTorch SDPA on the same
-//! GPU by scripts/torch_sdpa_baseline.py), or a genome of the family evaluated first
-//! (`genome:K=V,...`, default the first seed). [`rescore`] replaces a run's baseline and
-//! rescores every timed candidate (`evo baseline import`).
+//! The baseline: per-shape times every fitness is relative to. PyTorch's SDPA measured on
+//! the run's GPU when the run starts (`[search] baseline = "torch"`: scripts/
+//! torch_sdpa_baseline.py, embedded, run with the machine's python3; where it cannot run,
+//! the first seed genome, with a message saying why), imported from a file measured outside
+//! evo (`import:FILE`, e.g. written by that script), or a genome of the family evaluated
+//! first (`genome:K=V,...`, default the first seed). [`rescore`] replaces a run's baseline
+//! and rescores every timed candidate (`evo baseline import`).
 //!
 //! The file format, `evo-baseline-1`:
 //!
@@ -28,6 +30,38 @@ use crate::{Progress, Run, Stop};
 
 pub const FORMAT: &str = "evo-baseline-1";
 
+/// `[search] baseline = "torch"`.
+pub const TORCH: &str = "torch";
+
+/// The script that times PyTorch SDPA the way evo times kernels, and its helper module.
+const TORCH_SCRIPT: (&str, &str) = (
+    "torch_sdpa_baseline.py",
+    include_str!("../../../scripts/torch_sdpa_baseline.py"),
+);
+const SDPA_BENCH: (&str, &str) = (
+    "sdpa_bench.py",
+    include_str!("../../../scripts/sdpa_bench.py"),
+);
+
+/// How long measuring PyTorch may take before it is given up.
+const TORCH_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+
+/// The shapes as the script reads them: a TOML file of complete `[[shapes]]` tables.
+fn shapes_toml(shapes: &[Vars]) -> String {
+    let mut text = String::new();
+    for shape in shapes {
+        text.push_str("[[shapes]]\n");
+        for (k, v) in shape {
+            let value = match v {
+                Value::Str(s) => format!("{s:?}"),
+                other => other.to_string(),
+            };
+            text.push_str(&format!("{k} = {value}\n"));
+        }
+    }
+    text
+}
+
 #[derive(Deserialize)]
 struct File {
     format: String,
@@ -46,6 +80,8 @@ struct Entry {
 pub struct Imported {
     /// `import:<file> (<source>)`, what the run stores as the baselines' source.
     pub source: String,
+    /// The file's own `source` (what measured the times).
+    pub measured_by: String,
     pub device: Option<String>,
     pub shapes: Vec<(Vars, f64)>,
 }
@@ -93,6 +129,7 @@ impl Imported {
         }
         Ok(Imported {
             source: format!("import:{} ({})", path.display(), f.source),
+            measured_by: f.source,
             device: f.device,
             shapes,
         })
@@ -177,6 +214,14 @@ impl Run {
                     self.import_baseline(&s["import:".len()..], progress)
                         .await?
                 }
+                Some(TORCH) => {
+                    if let Err(why) = self.torch_baseline(progress).await {
+                        progress.note(&format!(
+                            "PyTorch SDPA cannot be measured here ({why}): the baseline is the first seed genome instead"
+                        ));
+                        gpu_ms = self.evaluate_baseline(None, progress).await?;
+                    }
+                }
                 other => gpu_ms = self.evaluate_baseline(other, progress).await?,
             }
             times = stored(&self.store, self.id).await?;
@@ -208,6 +253,95 @@ impl Run {
         Ok(())
     }
 
+    /// `torch`: scripts/torch_sdpa_baseline.py (embedded) run with python3 on the run's
+    /// first GPU, before any kernel of the run; its `default` backend's time per shape
+    /// becomes the baseline. `Err`: why it could not run (the caller falls back).
+    async fn torch_baseline(&self, progress: &dyn Progress) -> std::result::Result<(), String> {
+        let problem = &self.context.config.problem;
+        if problem != "sdpa_fwd" {
+            return Err(format!(
+                "problem {problem} has no PyTorch counterpart evo measures"
+            ));
+        }
+        let Some(gpu) = self.first_gpu else {
+            return Err("the replay evaluator runs no GPU".into());
+        };
+        let dir = tempfile::tempdir().map_err(|e| format!("no temporary folder: {e}"))?;
+        let shapes = self.context.configured_shapes();
+        let files = [
+            (TORCH_SCRIPT.0, TORCH_SCRIPT.1.to_string()),
+            (SDPA_BENCH.0, SDPA_BENCH.1.to_string()),
+            ("shapes.toml", shapes_toml(&shapes)),
+        ];
+        for (name, text) in &files {
+            std::fs::write(dir.path().join(name), text)
+                .map_err(|e| format!("writing {name}: {e}"))?;
+        }
+        progress.note(&format!(
+            "measuring PyTorch SDPA on GPU {gpu} for the baseline ({} shapes, scripts/torch_sdpa_baseline.py)",
+            shapes.len()
+        ));
+        let out = dir.path().join("baseline.json");
+        let mut command = std::process::Command::new("python3");
+        command
+            .arg(TORCH_SCRIPT.0)
+            .arg("shapes.toml")
+            .arg("--out")
+            .arg(&out)
+            .current_dir(dir.path())
+            .env("CUDA_VISIBLE_DEVICES", gpu.to_string());
+        let ran = tokio::task::spawn_blocking(move || {
+            evo_eval::profile::output_within(&mut command, TORCH_TIMEOUT)
+        })
+        .await
+        .map_err(|e| format!("the measuring task failed: {e}"))?;
+        let output = match ran {
+            Ok(o) => o,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err("python3 is not installed".into())
+            }
+            Err(e) => return Err(format!("python3 failed: {e}")),
+        };
+        tracing::info!(stdout = %String::from_utf8_lossy(&output.stdout), "torch baseline");
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message");
+            return Err(format!(
+                "scripts/torch_sdpa_baseline.py exited with {}: {}",
+                output.status,
+                last.trim()
+            ));
+        }
+        let imported = Imported::load(&out).map_err(|e| e.to_string())?;
+        let times = imported
+            .times_for(self.context.family.problem, &shapes, &out)
+            .map_err(|e| e.to_string())?;
+        let source = format!("torch: {}", imported.measured_by);
+        let rows: Vec<(String, f64, String)> = times
+            .into_iter()
+            .map(|(k, t)| (k, t, source.clone()))
+            .collect();
+        progress.note(&format!(
+            "baseline: {} on {}, {}",
+            imported.measured_by,
+            imported.device.as_deref().unwrap_or("this GPU"),
+            rows.iter()
+                .map(|(_, t, _)| format!("{t:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+                + " µs per shape"
+        ));
+        self.store
+            .set_baselines(self.id, &rows)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
     /// `genome:K=V,...`, else the first seed, else the first valid genome: evaluated
     /// here, recorded with fitness 1. Returns the GPU time it took, ms.
     async fn evaluate_baseline(&self, spec: Option<&str>, progress: &dyn Progress) -> Result<f64> {
@@ -217,7 +351,7 @@ impl Run {
                 .strip_prefix("genome:")
                 .ok_or_else(|| {
                     refused!(
-                        "[search] baseline must be `genome:K=V,...` or `import:FILE`, not `{s}`"
+                        "[search] baseline must be `torch`, `genome:K=V,...` or `import:FILE`, not `{s}`"
                     )
                 })?
                 .to_string(),

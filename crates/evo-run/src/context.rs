@@ -86,6 +86,27 @@ pub fn templates_root(flag: Option<&Path>, config: &SearchConfig) -> Result<Path
     )
 }
 
+/// Loads the config's family for `target` and records it in `config.family`: with several
+/// (`family = [...]`), the first whose `min_arch` the target meets (a resumed run chooses
+/// again on its stored architecture, so it keeps its family).
+pub fn load_family(root: &Path, config: &mut SearchConfig, target: &Target) -> Result<Family> {
+    let mut too_new = Vec::new();
+    for name in &config.families {
+        let family = Family::load(root, &config.problem, name)?;
+        if config.families.len() == 1 || target.cc >= family.min_arch {
+            config.family = family.name.clone();
+            return Ok(family);
+        }
+        too_new.push(format!("{name} needs sm_{}", family.min_arch));
+    }
+    refuse!(
+        "config {}: no family it names runs on {} ({})",
+        config.path.display(),
+        target.arch,
+        too_new.join(", ")
+    )
+}
+
 /// The config a run started with: its stored text, under the path it was read from
 /// (relative paths in it, like an imported baseline, resolve against that path).
 pub fn stored_config(run: &Run) -> Result<SearchConfig> {
@@ -115,8 +136,9 @@ impl Context {
         templates: Option<&Path>,
         target: TargetChoice,
     ) -> Result<Context> {
+        let mut config = config;
         let root = templates_root(templates, &config)?;
-        let family = Family::load(&root, &config.problem, &config.family)?;
+        let family = load_family(&root, &mut config, &target.target)?;
         Context::bind(config, family, target)
     }
 

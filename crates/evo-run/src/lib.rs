@@ -125,6 +125,8 @@ pub struct Run {
     /// This host's GPU model (`None` on the replay evaluator).
     device: Option<String>,
     gpus: usize,
+    /// This host's first GPU (`None` on the replay evaluator): where PyTorch is measured.
+    first_gpu: Option<u32>,
 }
 
 impl Run {

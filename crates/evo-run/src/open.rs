@@ -46,10 +46,10 @@ struct Evaluating {
 impl Run {
     /// Opens the run of `request` on `store` and registers this host on it.
     pub async fn open(store: Store, request: RunRequest, progress: &dyn Progress) -> Result<Run> {
-        let r = resolve(&store, &request, progress).await?;
+        let mut r = resolve(&store, &request, progress).await?;
         let root = templates_root(request.templates.as_deref(), &r.config)?;
-        let family = evo_kernels::Family::load(&root, &r.config.problem, &r.config.family)?;
         let ev = evaluating(&request, r.existing.as_ref(), &r.config)?;
+        let family = crate::context::load_family(&root, &mut r.config, &ev.target)?;
         let context = Arc::new(Context::bind(
             r.config,
             family,
@@ -103,6 +103,7 @@ impl Run {
             host,
             device: ev.device.map(|d| d.0),
             gpus: ev.gpus.len(),
+            first_gpu: ev.gpus.first().copied(),
         })
     }
 }

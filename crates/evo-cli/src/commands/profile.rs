@@ -12,7 +12,7 @@ use evo_eval::protocol::ShapeJob;
 use evo_gpu::runtime::Gpu;
 use evo_gpu::{CompileCache, CompileRequest, Compiler};
 use evo_kernels::harness::InputKind;
-use evo_kernels::{handwritten, Family, Specializations};
+use evo_kernels::{handwritten, Specializations};
 use serde::Serialize;
 
 use crate::output::{print_json, table};
@@ -80,9 +80,15 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             (problem, file.to_path_buf(), shape, Launch::Rule(launch))
         }
         (None, Some(cfg), Some(genome)) => {
-            let config = SearchConfig::load(cfg)?;
+            let mut config = SearchConfig::load(cfg)?;
             let root = evo_run::templates_root(templates, &config)?;
-            let family = Family::load(&root, &config.problem, &config.family)?;
+            let (_, info) = setup::gpus(&o.gpu.to_string())?;
+            let d = &info.devices[o.gpu as usize];
+            let target = Target::from_arch(&Target::arch_for_capability(
+                d.compute_capability.0,
+                d.compute_capability.1,
+            ))?;
+            let family = evo_run::context::load_family(&root, &mut config, &target)?;
             let problem = family.problem;
             let shape = match o.shape {
                 Some(s) => complete(problem, s)?,
@@ -90,12 +96,6 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                     .complete_shape(&config.shapes[0])
                     .map_err(|e| anyhow!(e))?,
             };
-            let (_, info) = setup::gpus(&o.gpu.to_string())?;
-            let d = &info.devices[o.gpu as usize];
-            let target = Target::from_arch(&Target::arch_for_capability(
-                d.compute_capability.0,
-                d.compute_capability.1,
-            ))?;
             let specs = Specializations::new(problem, target, std::slice::from_ref(&shape))
                 .map_err(|e| anyhow!(e))?;
             let space = family.space(specs.contexts())?;
