@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ctrl-C on a GPU search: SIGINT after SECONDS must finish the evaluations in flight,
-# save, mark the run interrupted and exit 0; `--resume` then carries on.
+# save, mark the run interrupted and exit 130; `--resume` then carries on.
 #   bench/gpu/ctrlc.sh [SECONDS [RESUME_BUDGET]]   (default 120 60s, as bench/run.sh ctrlc runs it)
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"

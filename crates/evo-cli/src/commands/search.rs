@@ -53,6 +53,9 @@ impl evo_run::Progress for Bar {
     }
 }
 
+/// The exit code of a search stopped by Ctrl-C or SIGTERM after saving (128 + SIGINT).
+pub const INTERRUPTED: u8 = 130;
+
 /// `1h05m`, `4m10s`, `12s`.
 fn hm(d: Duration) -> String {
     let s = d.as_secs();
@@ -120,7 +123,13 @@ pub fn run(
         } else {
             print_summary(&report, &db);
         }
-        Ok(ExitCode::SUCCESS)
+        // Stopped by Ctrl-C or SIGTERM: saved and resumable, but not done (a script or a
+        // batch scheduler must not take it for a finished search).
+        Ok(if report.interrupted {
+            ExitCode::from(INTERRUPTED)
+        } else {
+            ExitCode::SUCCESS
+        })
     })
 }
 
