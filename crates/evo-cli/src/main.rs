@@ -1,6 +1,6 @@
 //! `evo`: the command-line front end of the evo kernel-search engine. It parses flags,
 //! calls the libraries (the search and the read queries are evo-run's, the database
-//! evo-store's) and prints; it holds no search policy.
+//! evo-store's, the artifact evo-artifact's) and prints; it holds no search policy.
 //!
 //! Human output goes to stdout, errors to stderr, logs (tracing, `RUST_LOG`) to stderr.
 //! Exit codes: 0 success; 1 an error (bad input, a failed compile, ...); 2 a usage
@@ -8,7 +8,6 @@
 
 mod cli;
 mod commands;
-mod export;
 mod output;
 mod setup;
 

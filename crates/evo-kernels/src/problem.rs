@@ -108,6 +108,15 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     fn spec_vars(&self) -> &'static [VarDecl];
     /// Run-time variables: the shape passed as kernel arguments.
     fn shape_vars(&self) -> &'static [VarDecl];
+    /// A shape's run-time variables in [`Problem::shape_vars`]'s order, e.g.
+    /// `M=77 N=130 K=264`: how tables and an artifact's README name a shape.
+    fn shape_text(&self, shape: &Vars) -> String {
+        self.shape_vars()
+            .iter()
+            .filter_map(|d| shape.get(d.name).map(|x| format!("{}={x}", d.name)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
     /// Floating-point operations of one call.
     fn flops(&self, shape: &Vars) -> f64;
     /// Fewest bytes one call must move through device memory.

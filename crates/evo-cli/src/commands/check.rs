@@ -387,16 +387,6 @@ fn sanitize_all(
     }
 }
 
-/// The run-time variables of a shape in the problem's order, e.g. `M=77 N=130 K=264`.
-pub fn shape_text(problem: &dyn evo_kernels::Problem, v: &Vars) -> String {
-    problem
-        .shape_vars()
-        .iter()
-        .filter_map(|d| v.get(d.name).map(|x| format!("{}={x}", d.name)))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn print_human(
     problem: &dyn evo_kernels::Problem,
     verdicts: &[FileVerdict],
@@ -507,7 +497,7 @@ fn print_human(
                         None => ("-".into(), "-".into(), "-".into(), "-".into()),
                     };
                     t.add_row(vec![
-                        shape_text(problem, &s.vars),
+                        problem.shape_text(&s.vars),
                         format!("{:.2e}", w.max_abs),
                         s.rel_l2_text(),
                         m,

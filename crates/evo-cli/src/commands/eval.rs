@@ -13,7 +13,6 @@ use evo_gpu::Compiler;
 use serde::Serialize;
 
 use crate::cli::TargetArgs;
-use crate::commands::check::shape_text;
 use crate::output::{print_json, table};
 use crate::setup::{self, Picking};
 
@@ -219,7 +218,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                             t.add_row(vec![
                                 label.clone(),
                                 v.status.name().to_string(),
-                                shape_text(problem, &s.vars),
+                                problem.shape_text(&s.vars),
                                 format!("{:.2e}", w.max_abs),
                                 s.rel_l2_text(),
                                 s.timing

@@ -4,6 +4,7 @@ pub mod check;
 mod compile;
 mod doctor;
 mod eval;
+mod export;
 pub mod inspect;
 mod landscape;
 mod profile;
@@ -12,6 +13,7 @@ mod report;
 mod search;
 mod selftest;
 mod space;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -228,17 +230,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             force,
             unsanitized,
             db,
-        } => crate::export::export(crate::export::ExportOptions {
-            what,
-            out,
-            db,
-            per_shape: *per_shape,
-            force: *force,
-            unsanitized: *unsanitized,
-            templates,
-            json: cli.json,
-        }),
-        Command::Verify { dir } => crate::export::verify::run(dir, templates, cli.json),
+        } => export::run(
+            evo_artifact::ExportOptions {
+                what,
+                out,
+                db,
+                per_shape: *per_shape,
+                force: *force,
+                unsanitized: *unsanitized,
+                templates,
+            },
+            cli.json,
+        ),
+        Command::Verify { dir } => verify::run(dir, templates, cli.json),
         Command::Selftest { gpu } => selftest::run(*gpu, cli.json),
         Command::Profile {
             file,

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::launch::LaunchRule;
-use evo_core::{Expr, LaunchDims, Value, Vars};
+use evo_core::{Expr, Genome, LaunchDims, Value, Vars};
 use evo_gpu::resources::KernelResources;
 use evo_kernels::harness::{dtype, ArgSlot, ElemType};
 use evo_kernels::{ArgRef, Family, ScratchRule};
@@ -265,6 +265,21 @@ pub struct DispatchEntry {
     pub variant: String,
 }
 
+impl DispatchEntry {
+    /// What the entry matches, as canonical texts: the specialization, a space, and the
+    /// run-time shape (empty in specialization mode).
+    pub fn key_text(&self) -> String {
+        format!(
+            "{} {}",
+            Genome::from_vars(self.specialization.clone()).canonical(),
+            self.shape
+                .as_ref()
+                .map(|s| Genome::from_vars(s.clone()).canonical())
+                .unwrap_or_default()
+        )
+    }
+}
+
 pub const RULE_SPECIALIZATION: &str = "Pick the variant whose specialization (every spec \
 variable, e.g. DTYPE from the tensors' dtype, HEAD_DIM from their last dimension, CAUSAL \
 from the call) equals the call's; there is at most one. A call with no matching \
@@ -276,7 +291,7 @@ variables exactly; if none does, the nearest: the smallest sum over the run-time
 variables of |log2(call value / entry value)|, ties to the earlier entry.";
 
 impl Manifest {
-    pub fn read(dir: &Path) -> Result<Manifest> {
+    pub(crate) fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
         let text = std::fs::read_to_string(&path).with_context(|| {
             format!(
@@ -299,7 +314,7 @@ impl Manifest {
     }
 
     /// The run a variant comes from.
-    pub fn source_of(&self, v: &Variant) -> Result<&Source> {
+    pub(crate) fn source_of(&self, v: &Variant) -> Result<&Source> {
         self.sources.iter().find(|s| s.run == v.run).ok_or_else(|| {
             anyhow!(
                 "variant {} names run `{}`, which is not among the manifest's sources",
@@ -345,7 +360,7 @@ pub type FileChecks = (Vec<(String, FileCheck)>, Vec<String>);
 
 /// Checks every file of `manifest.files`; also lists files in the folder that the
 /// manifest does not name (Python's `__pycache__` is ignored).
-pub fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
+pub(crate) fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
     let mut out = Vec::new();
     for (name, expected) in &m.files {
         if name.contains("..") || name.starts_with('/') {
@@ -381,7 +396,7 @@ pub fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
 
 /// The parameters of an ABI text's first line-spanning signature
 /// `extern "C" __global__ void NAME(TYPE name, ...)`.
-pub fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
+pub(crate) fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
     let open = abi.find('(').ok_or("the ABI text has no `(`")?;
     let close = abi[open..]
         .find(')')
@@ -424,7 +439,7 @@ pub fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
 }
 
 /// A variant's launches as the manifest states them (see [`Variant::launches`]).
-pub struct LaunchTexts {
+pub(crate) struct LaunchTexts {
     pub launches: Vec<LaunchRuleText>,
     pub constants: BTreeMap<String, i64>,
     pub scratch: Vec<ScratchText>,
@@ -435,7 +450,7 @@ pub struct LaunchTexts {
 /// the specialization (it places the problem's argument lists in the ABI). Refused:
 /// expressions C and Python would not evaluate alike, and compile-time variables that
 /// are not integers.
-pub fn launch_texts(
+pub(crate) fn launch_texts(
     family: &Family,
     params: &[AbiParam],
     vars: &Vars,
@@ -592,7 +607,7 @@ pub fn launch_texts(
 /// A variant's launches as evo runs them: the rules, each kernel's argument list
 /// (`None`: the ABI), the scratch rules and the constants as variables, read back from
 /// the manifest (the inverse of [`launch_texts`]).
-pub struct VariantLaunches {
+pub(crate) struct VariantLaunches {
     pub rules: Vec<LaunchRule>,
     pub args: Vec<Option<Vec<ArgRef>>>,
     pub scratch: Vec<ScratchRule>,
@@ -602,7 +617,7 @@ pub struct VariantLaunches {
 impl VariantLaunches {
     /// Reads `v`'s launches; `params` are the manifest's ABI parameters, `abi` the
     /// problem's arguments for any shape (to find the input a tensor map reads).
-    pub fn of(v: &Variant, params: &[AbiParam], abi: &[ArgSlot]) -> Result<VariantLaunches> {
+    pub(crate) fn of(v: &Variant, params: &[AbiParam], abi: &[ArgSlot]) -> Result<VariantLaunches> {
         let at = |what: &str| format!("{}: {what}", v.name);
         let parse = |s: &String| Expr::parse(s).with_context(|| at("launch expression"));
         let param = |name: &str| {
@@ -699,14 +714,14 @@ impl VariantLaunches {
     }
 
     /// Whether a kernel takes its own argument list or there is scratch.
-    pub fn is_multi_arg(&self) -> bool {
+    pub(crate) fn is_multi_arg(&self) -> bool {
         !self.scratch.is_empty() || self.args.iter().any(Option::is_some)
     }
 }
 
 /// Checks that a launch expression uses only what C, C++ and Python evaluate alike
 /// (see [`LaunchRuleText`]).
-pub fn portable_expr(source: &str) -> Result<(), String> {
+pub(crate) fn portable_expr(source: &str) -> Result<(), String> {
     const FUNCTIONS: [&str; 4] = ["ceil_div", "round_up", "min", "max"];
     let mut chars = source.chars().peekable();
     while let Some(c) = chars.next() {

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use anyhow::{bail, Result};
 use evo_core::{Genome, Value};
 
-use super::manifest::Manifest;
+use crate::manifest::{LaunchArg, Manifest, ScratchText, Variant};
 
 /// The PyTorch binding; it reads everything it needs from `manifest.json` beside it.
 pub const EVO_KERNEL_PY: &str = include_str!("evo_kernel.py");
@@ -19,7 +19,7 @@ pub const BENCH_PY: &str = include_str!("bench.py");
 
 /// The timing method bench.py uses, the one of evo's timing gate: the repository's
 /// `scripts/sdpa_bench.py`, copied so that the artifact stands alone.
-pub const SDPA_BENCH_PY: &str = include_str!("../../../../scripts/sdpa_bench.py");
+pub const SDPA_BENCH_PY: &str = include_str!("../../../scripts/sdpa_bench.py");
 
 /// A C++ program over `kernel.h`: a variant on a small shape against a CPU reference.
 pub const EXAMPLE_CPP: &str = include_str!("example.cpp");
@@ -59,7 +59,7 @@ fn c_tensor_map_dtype(elem: &str) -> Result<&'static str> {
 /// `launch(functions, stream, ABI arguments..., workspace)`, which encodes the tensor
 /// maps and launches every kernel in order; then `variants[]`, every variant with its
 /// specialization, for picking one at run time.
-pub fn kernel_h(m: &Manifest) -> Result<String> {
+pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
     let mut h = String::new();
     let first = &m.variants[0];
     let shape_params: Vec<String> = m
@@ -158,7 +158,7 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         m.dispatch.mode, m.dispatch.rule
     )?;
     // The variables every expression of a variant may read, as C++ constants.
-    let bind = |v: &super::manifest::Variant, from_abi: bool| -> String {
+    let bind = |v: &Variant, from_abi: bool| -> String {
         let mut b = String::new();
         for (name, value) in &v.constants {
             let _ = writeln!(b, "    const long long {name} = {value};");
@@ -231,7 +231,7 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
         h.push_str(&bind(v, false));
         h.push_str("    unsigned long long bytes = 0;\n");
         // Each buffer at a 256-byte aligned offset: the same sum launch() walks.
-        let padded = |s: &super::manifest::ScratchText| -> Result<String> {
+        let padded = |s: &ScratchText| -> Result<String> {
             Ok(format!(
                 "(unsigned long long)round_up(({}) * {}, 256)",
                 s.len,
@@ -274,7 +274,6 @@ pub fn kernel_h(m: &Manifest) -> Result<String> {
                 None => refs.extend(m.abi.params.iter().map(|p| format!("(void*)&{}", p.name))),
                 Some(args) => {
                     for (j, a) in args.iter().enumerate() {
-                        use super::manifest::LaunchArg;
                         match a {
                             LaunchArg::Param(name) => refs.push(format!("(void*)&{name}")),
                             LaunchArg::Scratch(name) => {
@@ -502,16 +501,7 @@ pub fn readme(m: &Manifest) -> String {
     if m.dispatch.mode == "per_shape" {
         let _ = writeln!(r, "\n| shape | variant |\n|---|---|");
         for e in &m.dispatch.table {
-            let _ = writeln!(
-                r,
-                "| {} {} | {} |",
-                Genome::from_vars(e.specialization.clone()).canonical(),
-                e.shape
-                    .as_ref()
-                    .map(|s| Genome::from_vars(s.clone()).canonical())
-                    .unwrap_or_default(),
-                e.variant
-            );
+            let _ = writeln!(r, "| {} | {} |", e.key_text(), e.variant);
         }
     }
     let _ = writeln!(
@@ -521,7 +511,7 @@ pub fn readme(m: &Manifest) -> String {
     for v in &m.variants {
         for s in v.shapes.iter().filter(|s| s.timed) {
             let shape = match problem {
-                Some(p) => crate::commands::check::shape_text(p, &s.shape),
+                Some(p) => p.shape_text(&s.shape),
                 None => Genome::from_vars(s.shape.clone()).canonical(),
             };
             let f = |x: Option<f64>, p: usize| x.map_or("-".into(), |x| format!("{x:.p$}"));

@@ -1,24 +1,15 @@
-//! `evo export` and `evo verify`: the frozen artifact a program calls without evo.
-//!
-//! `evo export RUN|ID --out DIR` takes the best genome of a run (or one candidate; with
-//! `--per-shape` the fastest correct genome of each shape, over one run or several runs
-//! of any families: `evo export RUN_A RUN_B --per-shape`), renders and recompiles it for
-//! every specialization the run covered exactly as the search did (same template,
-//! options and architecture; the compile cache hands back the search's own CUBIN when
-//! nothing changed), and writes `manifest.json` ([`manifest`]), one `kernel.<variant>.cu`,
-//! `.ptx` and `.<arch>.cubin` per variant, and the fixed files ([`files`]): `evo_kernel.py`
-//! (the PyTorch op, through the CUDA driver), `bench.py` with `sdpa_bench.py` (timing
-//! against every SDPA backend), `kernel.h` (C/C++ launch helper), `example.cpp` (a C++
-//! program using it) and `README.md`. `evo verify DIR` ([`verify`]) checks the hashes,
-//! re-renders every variant from its genome, and re-runs the gates on the current GPU.
-
-pub mod files;
-pub mod manifest;
-pub mod verify;
+//! Export: the best genome of a run (or one candidate; with `per_shape` the fastest
+//! correct genome of each shape, over one run or several runs of any families), rendered
+//! and recompiled for every specialization the run covered exactly as the search did
+//! (same template, options and architecture; the compile cache hands back the search's
+//! own CUBIN when nothing changed), written as `manifest.json` ([`crate::manifest`]), one
+//! `kernel.<variant>.cu`, `.ptx` and `.<arch>.cubin` per variant, and the fixed files
+//! ([`crate::files`]): `evo_kernel.py` (the PyTorch op, through the CUDA driver),
+//! `bench.py` with `sdpa_bench.py` (timing against every SDPA backend), `kernel.h` (C/C++
+//! launch helper), `example.cpp` (a C++ program using it) and `README.md`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
@@ -29,29 +20,41 @@ use evo_kernels::Problem;
 use evo_run::Context as Loaded;
 use evo_store::{Candidate, CandidateId, Run, Store};
 
-use manifest::{
-    Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, ShapeRecord, Source, Variant, MANIFEST,
-    RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
+use crate::files;
+use crate::manifest::{
+    self, Abi, CompileInfo, Dispatch, DispatchEntry, Manifest, ShapeRecord, Source, Variant,
+    MANIFEST, RULE_PER_SHAPE, RULE_SPECIALIZATION, SCHEMA,
 };
 
 /// Problems with a PyTorch binding (`evo_kernel.py`).
 const BOUND_PROBLEMS: [&str; 1] = ["sdpa_fwd"];
 
+/// What to export, from which database, to which folder.
 pub struct ExportOptions<'a> {
     /// Run names (`run:NAME|ID` too) or one candidate id; several runs with `per_shape`.
     pub what: &'a [String],
+    /// The folder to write: absent or empty, or (with `force`) an earlier artifact.
     pub out: &'a Path,
+    /// The population database (a file or `sqlite:` URL; it must exist).
     pub db: &'a str,
+    /// The fastest correct genome of each shape, over every run given.
     pub per_shape: bool,
     pub force: bool,
     /// Export genomes the sanitizer gate has not passed (it cannot run here).
     pub unsanitized: bool,
+    /// The templates folder (default: where each run's config says).
     pub templates: Option<&'a Path>,
-    pub json: bool,
+}
+
+/// A written artifact: its manifest, and the notes a caller shows (a regressed best, a
+/// candidate the sanitizer refused, a compile key that differs from the search's).
+pub struct Exported {
+    pub manifest: Manifest,
+    pub notes: Vec<String>,
 }
 
 /// The database file behind `--db`, which must exist (export never creates one).
-pub fn existing_db(db: &str) -> Result<()> {
+fn existing_db(db: &str) -> Result<()> {
     let path = Path::new(
         db.strip_prefix("sqlite://")
             .or(db.strip_prefix("sqlite:"))
@@ -125,7 +128,7 @@ fn load(run: &Run, templates: Option<&Path>) -> Result<Loaded> {
 
 /// A run's config (its stored text), with its family from `templates` (or where the
 /// config says), for the architecture it ran on: what export and verify render with.
-fn load_config(
+pub(crate) fn load_config(
     run: &str,
     config_path: &Path,
     config_toml: &str,
@@ -194,7 +197,7 @@ fn runtime_of(problem: &dyn Problem, shape: &Vars) -> Vars {
 
 /// The name the search gave NVRTC for a genome in a specialization (it lands in
 /// -lineinfo's debug sections), so a fresh compile gives the search's bytes too.
-fn nvrtc_name(genome: &Genome, spec: &Vars) -> String {
+pub(crate) fn nvrtc_name(genome: &Genome, spec: &Vars) -> String {
     format!(
         "{}@{}.cu",
         genome.canonical(),
@@ -467,83 +470,11 @@ fn prepare_out(out: &Path, force: bool) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))
 }
 
-pub fn export(o: ExportOptions) -> Result<ExitCode> {
+/// Writes the artifact `o` asks for into `o.out` (see the module's text); prints nothing.
+pub async fn export(o: &ExportOptions<'_>) -> crate::error::Result<Exported> {
     existing_db(o.db)?;
-    let rt = crate::setup::runtime()?;
-    let (manifest, notes) = rt.block_on(export_async(&o))?;
-    if o.json {
-        crate::output::print_json(&manifest)?;
-    } else {
-        for n in &notes {
-            eprintln!("note: {n}");
-        }
-        println!(
-            "exported run{} {} ({} variant{}) to {}",
-            if manifest.sources.len() == 1 { "" } else { "s" },
-            manifest
-                .sources
-                .iter()
-                .map(|s| s.run.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            manifest.variants.len(),
-            if manifest.variants.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            o.out.display()
-        );
-        let problem = evo_kernels::problem(&manifest.problem).expect("known");
-        for v in &manifest.variants {
-            let timed: Vec<String> = v
-                .shapes
-                .iter()
-                .filter(|s| s.timed)
-                .map(|s| {
-                    format!(
-                        "{} {:.2} us",
-                        crate::commands::check::shape_text(problem, &s.shape),
-                        s.median_us.unwrap_or(f64::NAN)
-                    )
-                })
-                .collect();
-            println!(
-                "  {:<18} {} candidate {} of run {} [{}] {}: {}",
-                v.name,
-                v.family,
-                v.candidate_id,
-                v.run,
-                v.genome_hash,
-                v.status,
-                timed.join("; ")
-            );
-        }
-        if manifest.dispatch.mode == "per_shape" {
-            for e in &manifest.dispatch.table {
-                println!(
-                    "  dispatch {} {} -> {}",
-                    Genome::from_vars(e.specialization.clone()).canonical(),
-                    e.shape
-                        .as_ref()
-                        .map(|s| Genome::from_vars(s.clone()).canonical())
-                        .unwrap_or_default(),
-                    e.variant
-                );
-            }
-        }
-        println!(
-            "  files: {} {}",
-            MANIFEST,
-            manifest.files.keys().cloned().collect::<Vec<_>>().join(" ")
-        );
-        println!("  check it: evo verify {}", o.out.display());
-        println!(
-            "  time it against PyTorch SDPA: python3 {}/bench.py",
-            o.out.display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    let (manifest, notes) = export_async(o).await?;
+    Ok(Exported { manifest, notes })
 }
 
 /// One run given to `evo export`: as it searched, with its compiler and the candidates

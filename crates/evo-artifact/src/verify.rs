@@ -1,67 +1,85 @@
-//! `evo verify DIR`: is this artifact intact, and does it still pass on this GPU?
+//! Verify: is this artifact intact, and does it still pass on this GPU? In steps, so a
+//! caller shows each result before the next step (and a step that fails ends it):
 //!
-//! 1. Every file against its SHA-256 in the manifest (a modified or missing file fails
-//!    the check, and no kernel of a modified artifact is run).
-//! 2. Every variant's genome against its hash, and its source against what the genome
-//!    renders to with this evo's templates in its run's specialization (the manifest is
-//!    not hashed: an edited genome or hash fails here).
-//! 3. On a GPU: each variant's CUBIN (the artifact's own bytes) through evo's gates —
-//!    static, correctness on the manifest's shapes plus the problem's edge shapes with
-//!    the run's tolerances, and the timing — with launch geometry from the manifest's
-//!    launch rule; times compared with the manifest per shape. A different GPU, driver
-//!    or NVRTC is printed, not hidden. Without a GPU it stops after the hashes with
-//!    exit code 3.
+//! 1. [`check_hashes`]: every file against its SHA-256 in the manifest (a modified or
+//!    missing file fails the check, and no kernel of a modified artifact is run).
+//! 2. [`check_consistency`]: every variant's genome against its hash, and its source
+//!    against what the genome renders to with this evo's templates in its run's
+//!    specialization (the manifest is not hashed: an edited genome or hash fails here);
+//!    each CUBIN's registers and launch rule against the manifest.
+//! 3. [`GpuHere::new`], then [`run_gates`]: each variant's CUBIN (the artifact's own
+//!    bytes) through evo's gates on GPU 0 — static, correctness on the manifest's shapes
+//!    plus the problem's edge shapes with the run's tolerances, and the timing — with
+//!    launch geometry from the manifest's launch rule; times compared with the manifest
+//!    per shape. A different GPU, driver or NVRTC is reported, not hidden.
+//!
+//! Every step fills the one [`Report`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target, Vars};
 use evo_eval::pipeline::{Candidate, CandidateShape, Evaluator, GateSettings};
 use evo_eval::Status;
+use evo_gpu::device::{DeviceInfo, DriverInfo};
 use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler};
-use evo_kernels::{resolve_launch_args, resolve_scratch};
+use evo_kernels::{resolve_launch_args, resolve_scratch, Problem};
+use evo_run::Context as Loaded;
 use serde::Serialize;
 
-use super::manifest::{check_files, FileCheck, Manifest, Variant, VariantLaunches};
-use super::Loaded;
-use crate::output::{print_json, table};
+use crate::export::{load_config, nvrtc_name};
+use crate::manifest::{
+    check_files, sha256_hex, FileCheck, Manifest, Variant, VariantLaunches, MANIFEST,
+};
 
+/// One shape of one variant on this GPU, beside the manifest's time.
 #[derive(Serialize)]
-struct ShapeCheck {
-    variant: String,
-    shape: Vars,
-    timed: bool,
-    max_abs_err: Option<f64>,
-    rel_l2: Option<f64>,
-    median_us: Option<f64>,
-    manifest_us: Option<f64>,
+pub struct ShapeCheck {
+    pub variant: String,
+    pub shape: Vars,
+    pub timed: bool,
+    pub max_abs_err: Option<f64>,
+    pub rel_l2: Option<f64>,
+    pub median_us: Option<f64>,
+    pub manifest_us: Option<f64>,
     /// Now over the manifest's time.
-    ratio: Option<f64>,
+    pub ratio: Option<f64>,
 }
 
+/// One variant's verdict on this GPU.
 #[derive(Serialize)]
-struct VariantCheck {
-    variant: String,
-    status: String,
-    detail: String,
+pub struct VariantCheck {
+    pub variant: String,
+    pub status: String,
+    pub detail: String,
     /// Whether NVRTC here rebuilds the same CUBIN from kernel.cu.
-    rebuilt_identical: Option<bool>,
+    pub rebuilt_identical: Option<bool>,
 }
 
+/// What a verify found, step by step (`evo --json verify` prints it as it is).
 #[derive(Serialize, Default)]
-struct Report {
-    files: Vec<(String, FileCheck)>,
-    extra_files: Vec<String>,
-    gpu: Option<String>,
-    differences: Vec<String>,
+pub struct Report {
+    pub files: Vec<(String, FileCheck)>,
+    pub extra_files: Vec<String>,
+    pub gpu: Option<String>,
+    pub differences: Vec<String>,
     /// What the GPU part checks, per variant.
-    plan: Vec<String>,
-    variants: Vec<VariantCheck>,
-    shapes: Vec<ShapeCheck>,
-    ok: bool,
+    pub plan: Vec<String>,
+    pub variants: Vec<VariantCheck>,
+    pub shapes: Vec<ShapeCheck>,
+    pub ok: bool,
+}
+
+impl Report {
+    /// The listed files that are missing or modified.
+    pub fn bad_files(&self) -> Vec<&(String, FileCheck)> {
+        self.files
+            .iter()
+            .filter(|(_, c)| *c != FileCheck::Ok)
+            .collect()
+    }
 }
 
 /// One variant made ready for the gates, without a GPU.
@@ -79,7 +97,7 @@ fn prepare(
     m: &Manifest,
     v: &Variant,
     config: &SearchConfig,
-    problem: &dyn evo_kernels::Problem,
+    problem: &dyn Problem,
 ) -> Result<Prepared> {
     let source = std::fs::read_to_string(dir.join(&v.source_file))?;
     let cubin = std::fs::read(dir.join(&v.cubin_file))?;
@@ -176,7 +194,7 @@ fn prepare(
             contiguous: v.contiguous.clone(),
         },
         compiled: Compiled {
-            key: super::manifest::sha256_hex(&cubin),
+            key: sha256_hex(&cubin),
             arch: m.arch.clone(),
             options: m.source_of(v)?.compile.nvrtc_options.clone(),
             nvrtc_version: m.nvrtc_version.clone(),
@@ -268,7 +286,7 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
             env!("CARGO_PKG_VERSION"),
         );
     }
-    let name = super::nvrtc_name(&genome, &v.specialization);
+    let name = nvrtc_name(&genome, &v.specialization);
     if v.nvrtc_name != name {
         bail!(
             "{}: nvrtc_name is `{}`, the search compiles this genome as `{name}`",
@@ -279,67 +297,53 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
     Ok(())
 }
 
-pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode> {
+/// Step 1: the manifest of the artifact in `dir`, and every file it lists against its
+/// hash (`files` and `extra_files` of the report). A bad file ([`Report::bad_files`])
+/// ends the verify: no kernel of a modified artifact is run.
+pub fn check_hashes(dir: &Path) -> crate::error::Result<(Manifest, Report)> {
     let m = Manifest::read(dir)?;
-    let mut report = Report::default();
-    let (files, extra) = check_files(dir, &m)?;
-    let bad: Vec<&(String, FileCheck)> =
-        files.iter().filter(|(_, c)| *c != FileCheck::Ok).collect();
-    if !json {
-        println!(
-            "artifact {}: {} from run{} {} ({} variant{}), schema {}",
-            dir.display(),
-            m.problem,
-            if m.sources.len() == 1 { "" } else { "s" },
-            m.sources
-                .iter()
-                .map(|s| format!("`{}` ({})", s.run, s.family))
-                .collect::<Vec<_>>()
-                .join(", "),
-            m.variants.len(),
-            if m.variants.len() == 1 { "" } else { "s" },
-            m.schema
-        );
-        for (name, c) in &bad {
-            match c {
-                FileCheck::Missing => println!("  MISSING   {name}"),
-                FileCheck::Modified { expected, actual } => {
-                    println!("  MODIFIED  {name}: sha256 {actual}, the manifest says {expected}")
-                }
-                FileCheck::Ok => {}
-            }
-        }
-        for name in &extra {
-            println!("  note: {name} is not part of the artifact");
-        }
-    }
-    report.files = files.clone();
-    report.extra_files = extra;
-    if !bad.is_empty() {
-        if json {
-            print_json(&report)?;
-        } else {
-            println!(
-                "hashes: {} of {} files do not match manifest.json: the artifact was modified; its kernels are not run",
-                bad.len(),
-                files.len()
-            );
-        }
-        return Ok(ExitCode::from(1));
-    }
-    if !json {
-        println!("hashes: ok ({} files)", files.len());
-    }
+    let (files, extra_files) = check_files(dir, &m)?;
+    let report = Report {
+        files,
+        extra_files,
+        ..Report::default()
+    };
+    Ok((m, report))
+}
 
-    // Consistency, still without a GPU: each run's config, each variant's genome, source,
-    // CUBIN and launch rule against the manifest.
+/// An artifact found consistent without a GPU: each run's context and each variant made
+/// ready for the gates.
+pub struct Consistent {
+    pub problem: &'static dyn Problem,
+    loaded: BTreeMap<String, Loaded>,
+    prepared: Vec<Prepared>,
+}
+
+/// Step 2, still without a GPU: each run's config, each variant's genome, source, CUBIN
+/// and launch rule against the manifest; what the GPU part will check goes to
+/// `report.plan`.
+pub fn check_consistency(
+    dir: &Path,
+    m: &Manifest,
+    templates: Option<&Path>,
+    report: &mut Report,
+) -> crate::error::Result<Consistent> {
+    Ok(consistency(dir, m, templates, report)?)
+}
+
+fn consistency(
+    dir: &Path,
+    m: &Manifest,
+    templates: Option<&Path>,
+    report: &mut Report,
+) -> Result<Consistent> {
     let problem = evo_kernels::problem(&m.problem)
         .ok_or_else(|| anyhow!("this evo does not know problem `{}`", m.problem))?;
     let mut loaded: BTreeMap<String, Loaded> = BTreeMap::new();
     for s in &m.sources {
-        let l = super::load_config(
+        let l = load_config(
             &s.run,
-            Path::new(super::manifest::MANIFEST),
+            Path::new(MANIFEST),
             &s.config_toml,
             &m.arch,
             templates,
@@ -352,7 +356,7 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
         m.source_of(v)?;
         let l = &loaded[&v.run];
         check_genome(dir, &m.evo_version, v, l)?;
-        let p = prepare(dir, &m, v, &l.config, problem)?;
+        let p = prepare(dir, m, v, &l.config, problem)?;
         let timed = p.candidate.shapes.iter().filter(|s| s.timed).count();
         report.plan.push(format!(
             "{}: {} timed shapes + {} correctness-only shapes",
@@ -362,67 +366,90 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
         ));
         prepared.push(p);
     }
-    if !json {
-        println!(
-            "genomes: every variant's genome matches its hash and renders to its kernel source ({} variant{})",
-            m.variants.len(),
-            if m.variants.len() == 1 { "" } else { "s" }
-        );
-        println!(
-            "manifest: consistent with the CUBINs and its launch rule; to check: {}",
-            report.plan.join("; ")
-        );
-    }
+    Ok(Consistent {
+        problem,
+        loaded,
+        prepared,
+    })
+}
 
-    // The GPU part.
-    let (gpus, info) = match crate::setup::gpus("0") {
-        Ok(g) => g,
-        Err(e) => {
-            if json {
-                report.ok = false;
-                print_json(&report)?;
+/// The GPU the gates run on (the first of `gpus`), with its architecture.
+pub struct GpuHere {
+    gpus: Vec<u32>,
+    device: DeviceInfo,
+    arch: String,
+}
+
+impl GpuHere {
+    /// Step 3, on the GPUs the caller selected (`evo_run::select_gpus`): this GPU, its
+    /// driver and NVRTC (`report.gpu`), and where they differ from the manifest's
+    /// (`report.differences`). NVRTC missing is an `evo_run::MissingComponent`.
+    pub fn new(
+        m: &Manifest,
+        gpus: Vec<u32>,
+        info: DriverInfo,
+        report: &mut Report,
+    ) -> crate::error::Result<GpuHere> {
+        let device = info.devices[gpus[0] as usize].clone();
+        let arch =
+            Target::arch_for_capability(device.compute_capability.0, device.compute_capability.1);
+        let driver = format!(
+            "CUDA {}.{}",
+            info.cuda_version / 1000,
+            (info.cuda_version % 1000) / 10
+        );
+        let nvrtc = evo_gpu::nvrtc::version()
+            .map(|(a, b)| format!("{a}.{b}"))
+            .map_err(|e| {
+                evo_run::MissingComponent(format!(
+                    "verify needs NVRTC (for the SASS check and the rebuild): {e}"
+                ))
+            })
+            .map_err(anyhow::Error::from)?;
+        report.gpu = Some(format!("{} ({arch}), {driver}, NVRTC {nvrtc}", device.name));
+        let mut differ = |what: &str, then: Option<&str>, now: &str| {
+            if then.is_some_and(|t| t != now) {
+                report.differences.push(format!(
+                    "{what}: the manifest's measurements come from {}, this is {now}",
+                    then.unwrap_or("?")
+                ));
             }
-            return Err(
-                e.context("hashes are ok, but the correctness and timing checks cannot run here")
-            );
-        }
-    };
-    let device = &info.devices[gpus[0] as usize];
-    let here_arch =
-        Target::arch_for_capability(device.compute_capability.0, device.compute_capability.1);
-    let driver = format!(
-        "CUDA {}.{}",
-        info.cuda_version / 1000,
-        (info.cuda_version % 1000) / 10
-    );
-    let nvrtc = evo_gpu::nvrtc::version()
-        .map(|(a, b)| format!("{a}.{b}"))
-        .map_err(|e| {
-            crate::MissingComponent(format!(
-                "verify needs NVRTC (for the SASS check and the rebuild): {e}"
-            ))
-        })?;
-    report.gpu = Some(format!(
-        "{} ({here_arch}), {driver}, NVRTC {nvrtc}",
-        device.name
-    ));
-    let mut differ = |what: &str, then: Option<&str>, now: &str| {
-        if then.is_some_and(|t| t != now) {
-            report.differences.push(format!(
-                "{what}: the manifest's measurements come from {}, this is {now}",
-                then.unwrap_or("?")
-            ));
-        }
-    };
-    differ("GPU", m.device.as_deref(), &device.name);
-    differ("driver", m.driver.as_deref(), &driver);
-    differ("NVRTC", Some(&m.nvrtc_version), &nvrtc);
-    if !json {
-        println!("GPU: {}", report.gpu.as_deref().unwrap_or(""));
-        for d in &report.differences {
-            println!("  DIFFERENT {d}");
-        }
+        };
+        differ("GPU", m.device.as_deref(), &device.name);
+        differ("driver", m.driver.as_deref(), &driver);
+        differ("NVRTC", Some(&m.nvrtc_version), &nvrtc);
+        Ok(GpuHere { gpus, device, arch })
     }
+}
+
+/// Step 4: every variant through the gates of its own run on this GPU (refused when the
+/// CUBINs are for another architecture); `report.variants`, `report.shapes` and
+/// `report.ok` (every variant passed) are filled.
+pub async fn run_gates(
+    m: &Manifest,
+    consistent: Consistent,
+    here: GpuHere,
+    report: &mut Report,
+) -> crate::error::Result<()> {
+    Ok(evaluate_variants(m, consistent, here, report).await?)
+}
+
+async fn evaluate_variants(
+    m: &Manifest,
+    consistent: Consistent,
+    here: GpuHere,
+    report: &mut Report,
+) -> Result<()> {
+    let Consistent {
+        problem,
+        loaded,
+        prepared,
+    } = consistent;
+    let GpuHere {
+        gpus,
+        device,
+        arch: here_arch,
+    } = here;
     if here_arch != m.arch {
         bail!(
             "the artifact's CUBINs are for {}; GPU 0 ({}) is {here_arch}: they cannot run here",
@@ -469,7 +496,6 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
         .map(|d| d.as_secs())
         .unwrap_or(0);
 
-    let rt = crate::setup::runtime()?;
     let mut all_ok = true;
     for (i, (v, p)) in m.variants.iter().zip(prepared).enumerate() {
         (evaluator.compiler, evaluator.gates) = settings(&v.run)?;
@@ -484,7 +510,9 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
             .and_then(|c| c.cubin)
             .map(|c| Some(&c) == p.compiled.cubin.as_ref());
         let (candidate, compiled) = (p.candidate, p.compiled);
-        let verdict = rt.block_on(evaluator.evaluate(candidate, compiled, i as u64, salt));
+        let verdict = evaluator
+            .evaluate(candidate, compiled, i as u64, salt)
+            .await;
         let ok = verdict.status == Status::Evaluated;
         all_ok &= ok;
         report.variants.push(VariantCheck {
@@ -512,69 +540,7 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
             }
         }
     }
-    rt.block_on(evaluator.pool.shutdown());
+    evaluator.pool.shutdown().await;
     report.ok = all_ok;
-    if json {
-        print_json(&report)?;
-    } else {
-        for v in &report.variants {
-            println!(
-                "{}: {}{}{}",
-                v.variant,
-                if v.status == "evaluated" { "correct" } else { &v.status },
-                if v.detail.is_empty() { String::new() } else { format!(" ({})", v.detail.lines().next().unwrap_or("")) },
-                match v.rebuilt_identical {
-                    Some(true) => "; NVRTC here rebuilds the identical CUBIN",
-                    Some(false) => "; NVRTC here builds a different CUBIN from the source (the artifact's was run)",
-                    None => "",
-                }
-            );
-        }
-        let mut t = table(&[
-            "variant",
-            "shape",
-            "max abs err",
-            "rel L2",
-            "now µs",
-            "manifest µs",
-            "now / manifest",
-        ]);
-        for s in &report.shapes {
-            let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
-            t.add_row(vec![
-                s.variant.clone(),
-                crate::commands::check::shape_text(problem, &s.shape),
-                s.max_abs_err.map_or("-".into(), |x| format!("{x:.2e}")),
-                s.rel_l2.map_or("-".into(), |x| format!("{x:.2e}")),
-                f(s.median_us),
-                f(s.manifest_us),
-                s.ratio.map_or("-".into(), |x| format!("{x:.3}")),
-            ]);
-        }
-        println!("{t}");
-        let slower = report
-            .shapes
-            .iter()
-            .filter(|s| s.ratio.is_some_and(|r| r > 1.10))
-            .count();
-        if slower > 0 {
-            println!(
-                "note: {slower} shape(s) more than 10% slower than the manifest's times{} (times are reported, not judged)",
-                if report.differences.is_empty() { " on the same GPU, driver and NVRTC" } else { "; see the differences above" }
-            );
-        }
-        println!(
-            "{}",
-            if all_ok {
-                "verify: ok (every variant passed every correctness check on this GPU)"
-            } else {
-                "verify: FAILED (a variant did not pass the gates on this GPU)"
-            }
-        );
-    }
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(())
 }

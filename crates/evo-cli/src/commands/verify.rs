@@ -1,0 +1,162 @@
+//! `evo verify DIR`: is this artifact intact, and does it still pass on this GPU? The
+//! steps are evo-artifact's ([`evo_artifact::verify`]); this prints each one's result
+//! before the next (or the report as JSON at the end). Exit 1 when a file or a variant
+//! fails; without a GPU it stops after the checks that need none, with exit code 3.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use evo_artifact::manifest::FileCheck;
+use evo_artifact::verify::{self, GpuHere};
+
+use crate::output::{print_json, table};
+
+pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode> {
+    let (m, mut report) = verify::check_hashes(dir)?;
+    let bad = report.bad_files().len();
+    if !json {
+        println!(
+            "artifact {}: {} from run{} {} ({} variant{}), schema {}",
+            dir.display(),
+            m.problem,
+            if m.sources.len() == 1 { "" } else { "s" },
+            m.sources
+                .iter()
+                .map(|s| format!("`{}` ({})", s.run, s.family))
+                .collect::<Vec<_>>()
+                .join(", "),
+            m.variants.len(),
+            if m.variants.len() == 1 { "" } else { "s" },
+            m.schema
+        );
+        for (name, c) in report.bad_files() {
+            match c {
+                FileCheck::Missing => println!("  MISSING   {name}"),
+                FileCheck::Modified { expected, actual } => {
+                    println!("  MODIFIED  {name}: sha256 {actual}, the manifest says {expected}")
+                }
+                FileCheck::Ok => {}
+            }
+        }
+        for name in &report.extra_files {
+            println!("  note: {name} is not part of the artifact");
+        }
+    }
+    if bad > 0 {
+        if json {
+            print_json(&report)?;
+        } else {
+            println!(
+                "hashes: {} of {} files do not match manifest.json: the artifact was modified; its kernels are not run",
+                bad,
+                report.files.len()
+            );
+        }
+        return Ok(ExitCode::from(1));
+    }
+    if !json {
+        println!("hashes: ok ({} files)", report.files.len());
+    }
+
+    let consistent = verify::check_consistency(dir, &m, templates, &mut report)?;
+    let problem = consistent.problem;
+    if !json {
+        println!(
+            "genomes: every variant's genome matches its hash and renders to its kernel source ({} variant{})",
+            m.variants.len(),
+            if m.variants.len() == 1 { "" } else { "s" }
+        );
+        println!(
+            "manifest: consistent with the CUBINs and its launch rule; to check: {}",
+            report.plan.join("; ")
+        );
+    }
+
+    // The GPU part.
+    let (gpus, info) = match crate::setup::gpus("0") {
+        Ok(g) => g,
+        Err(e) => {
+            if json {
+                report.ok = false;
+                print_json(&report)?;
+            }
+            return Err(
+                e.context("hashes are ok, but the correctness and timing checks cannot run here")
+            );
+        }
+    };
+    let here = GpuHere::new(&m, gpus, info, &mut report)?;
+    if !json {
+        println!("GPU: {}", report.gpu.as_deref().unwrap_or(""));
+        for d in &report.differences {
+            println!("  DIFFERENT {d}");
+        }
+    }
+    let rt = crate::setup::runtime()?;
+    rt.block_on(verify::run_gates(&m, consistent, here, &mut report))?;
+    let all_ok = report.ok;
+    if json {
+        print_json(&report)?;
+    } else {
+        for v in &report.variants {
+            println!(
+                "{}: {}{}{}",
+                v.variant,
+                if v.status == "evaluated" { "correct" } else { &v.status },
+                if v.detail.is_empty() { String::new() } else { format!(" ({})", v.detail.lines().next().unwrap_or("")) },
+                match v.rebuilt_identical {
+                    Some(true) => "; NVRTC here rebuilds the identical CUBIN",
+                    Some(false) => "; NVRTC here builds a different CUBIN from the source (the artifact's was run)",
+                    None => "",
+                }
+            );
+        }
+        let mut t = table(&[
+            "variant",
+            "shape",
+            "max abs err",
+            "rel L2",
+            "now µs",
+            "manifest µs",
+            "now / manifest",
+        ]);
+        for s in &report.shapes {
+            let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
+            t.add_row(vec![
+                s.variant.clone(),
+                problem.shape_text(&s.shape),
+                s.max_abs_err.map_or("-".into(), |x| format!("{x:.2e}")),
+                s.rel_l2.map_or("-".into(), |x| format!("{x:.2e}")),
+                f(s.median_us),
+                f(s.manifest_us),
+                s.ratio.map_or("-".into(), |x| format!("{x:.3}")),
+            ]);
+        }
+        println!("{t}");
+        let slower = report
+            .shapes
+            .iter()
+            .filter(|s| s.ratio.is_some_and(|r| r > 1.10))
+            .count();
+        if slower > 0 {
+            println!(
+                "note: {slower} shape(s) more than 10% slower than the manifest's times{} (times are reported, not judged)",
+                if report.differences.is_empty() { " on the same GPU, driver and NVRTC" } else { "; see the differences above" }
+            );
+        }
+        println!(
+            "{}",
+            if all_ok {
+                "verify: ok (every variant passed every correctness check on this GPU)"
+            } else {
+                "verify: FAILED (a variant did not pass the gates on this GPU)"
+            }
+        );
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
