@@ -9,7 +9,8 @@
 #                              # with BUDGET (default 2m) instead of 8h, then every command on
 #                              # its run, the artifact's bench.py, the GPU section
 # Placeholders are filled in: RUN (the run just made), ID / A B (its candidates), DIR (the
-# export), CFG (configs/gemm.toml), my_kernel.cu (the planted gemm control). The PostgreSQL
+# export), CFG (configs/gemm.toml), my_kernel.cu (the planted gemm control); `evo export
+# RUN_A RUN_B --per-shape` takes the attention run and the configs/sdpa.toml run. The PostgreSQL
 # lines need a server (bench/bench_pg.sh runs them) and `scripts/test.sh` is CI's own command:
 # both are listed as not run here.
 set -uo pipefail
@@ -63,7 +64,7 @@ else
   RUN=$(evo --json runs | python3 -c "import json,sys; print(json.load(sys.stdin)[-1]['name'])")
   run "evo search -c configs/sdpa.toml --budget ${BUDGET2:-1m} --no-progress"
 fi
-run "evo search --resume $RUN --budget 5evals --no-progress"
+run "evo search --resume $RUN --budget 2evals --no-progress"
 skip "evo search -c CFG --gpus all --db postgres://USER:PW@HOST/DB --run night" "needs a PostgreSQL server (bench/bench_pg.sh)"
 skip "evo join night --db postgres://USER:PW@HOST/DB --gpus all" "needs a PostgreSQL server (bench/bench_pg.sh)"
 run "evo runs"
@@ -90,13 +91,20 @@ run "evo search-quality -c configs/sdpa_landscape.toml --landscape tests/data/la
 if [ "$mode" = cpu ]; then
   run "evo export $RUN --out artifact"
   run "evo export $RUN --out artifact --unsanitized"
+  run "evo export $RUN --per-shape --out artifact2 --unsanitized"
 else
+  MMA=$(evo --json runs | python3 -c "import json,sys; print(json.load(sys.stdin)[-1]['name'])")
   run "evo export $RUN --out artifact"
+  run "evo export $RUN $MMA --per-shape --out artifact2"
 fi
-run "evo export $RUN $RUN --per-shape --out artifact2 $([ "$mode" = cpu ] && echo --unsanitized)"
+# The artifact on the GPU (on a CPU machine: the GPU-free checks, then exit 3).
+run "evo verify artifact"
+run "python3 artifact/bench.py"
+run "python3 scripts/compare_torch.py artifact"
+CONTROL=tests/planted/gemm/j_correct.cu
+run "evo profile $CONTROL --problem gemm --shape M=4096,N=4096,K=4096 --tools ncu,memcheck,racecheck"
 if [ "$mode" = gpu ]; then
   run "python3 scripts/torch_sdpa_baseline.py configs/sdpa.toml --out torch_baseline.json"
-  MMA=$(evo --json runs | python3 -c "import json,sys; print(json.load(sys.stdin)[-1]['name'])")
   run "evo baseline import torch_baseline.json --run $MMA"
 else
   run "evo baseline import tests/data/torch_sdpa_baseline_h200.json --run $RUN"
@@ -112,13 +120,8 @@ run "evo render -c configs/gemm.toml -g $G | head -n 5"
 run "evo compile -c configs/gemm.toml -g $G --sass --out build/"
 run "evo compile -c configs/gemm.toml --random 20 --seed 1"
 [ "$mode" = cpu ] && run "evo compile -c configs/sdpa.toml --pairwise | tail -n 5"
-# The GPU section (on a CPU machine each must stop with exit 3 and say what is missing).
-CONTROL=tests/planted/gemm/j_correct.cu
+# The rest of the GPU section (on a CPU machine each must stop with exit 3 and say so).
 run "evo selftest"
 run "evo check $CONTROL --problem gemm -c configs/gemm.toml"
 run "evo check tests/planted/gemm/*.cu --problem gemm -c tests/planted/gemm/check.toml | tail -n 14"
-run "evo profile $CONTROL --problem gemm --shape M=4096,N=4096,K=4096 --tools ncu,memcheck,racecheck"
-run "evo verify artifact"
-run "python3 artifact/bench.py"
-run "python3 scripts/compare_torch.py artifact"
 echo "transcript: $OUT/transcript.md"

@@ -730,7 +730,12 @@ fn sigterm_saves_like_ctrl_c() {
         .status()
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "saved, but not done: {:?}", out.status);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "saved, but not done: {:?}",
+        out.status
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("run term: interrupted"), "{stdout}");
     let runs = Command::cargo_bin("evo")
@@ -792,7 +797,12 @@ fn ctrl_c_saves_and_resume_finishes() {
         .status()
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "saved, but not done: {:?}", out.status);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "saved, but not done: {:?}",
+        out.status
+    );
     assert!(
         interrupted_at.elapsed() < Duration::from_secs(5),
         "Ctrl-C waited for more than the evaluation in flight"
