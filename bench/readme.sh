@@ -102,7 +102,7 @@ run "evo verify artifact"
 run "python3 artifact/bench.py"
 run "python3 scripts/compare_torch.py artifact"
 CONTROL=tests/planted/gemm/j_correct.cu
-run "evo profile $CONTROL --problem gemm --shape M=4096,N=4096,K=4096 --tools ncu,memcheck,racecheck"
+run "evo profile $CONTROL --problem gemm --shape M=512,N=512,K=512 --tools ncu,memcheck,racecheck"
 if [ "$mode" = gpu ]; then
   run "python3 scripts/torch_sdpa_baseline.py configs/sdpa.toml --out torch_baseline.json"
   run "evo baseline import torch_baseline.json --run $MMA"
