@@ -332,6 +332,36 @@ fn a_read_only_database_is_read_without_writing() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// `evo stats` reports the last invocation's rate and GPU share from the host's own
+/// counters, also when it stopped before completing a generation.
+#[test]
+fn stats_of_an_invocation_that_completed_no_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("population.db");
+    evo()
+        .args(["search", "-c", "configs/sdpa_replay.toml", "--evaluator"])
+        .arg("replay:tests/data/landscape_sdpa_fwd_mma_h200.json")
+        .arg("--db")
+        .arg(&db)
+        .args(["--run", "short", "--budget", "3evals", "--no-progress"])
+        .assert()
+        .success();
+    let out = evo()
+        .args(["--json", "stats", "short", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let s = json(&out.stdout);
+    assert_eq!(
+        s["generations"].as_u64(),
+        Some(0),
+        "no generation completed: {s}"
+    );
+    let rate = s["last_invocation_evaluations_per_hour"].as_f64();
+    assert!(rate.is_some_and(|r| r > 0.0), "{s}");
+    assert_eq!(s["gpu_busy_fraction"].as_f64(), Some(0.0), "replay: no GPU");
+}
+
 #[test]
 fn source_is_rendered_deterministically() {
     let best = &all_elites()[0];

@@ -539,6 +539,29 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
         .map(|g| g.search_state())
         .transpose()?
         .unwrap_or_default();
+    // The last invocation: the newest finished host's own counters (written when it
+    // stops, whether or not it completed a generation), else the last generation's state.
+    let newest = store
+        .hosts(run.id)
+        .await?
+        .into_iter()
+        .filter(|h| h.finished_at.is_some())
+        .max_by(|a, b| a.started_at.cmp(&b.started_at))
+        .and_then(|h| {
+            let stats: evo_store::HostStats = serde_json::from_value(h.stats.clone()?).ok()?;
+            (stats.wall_s > 0.0).then_some((h, stats))
+        });
+    let (last_per_hour, last_busy) = match newest {
+        Some((h, stats)) => (
+            Some(h.evaluated as f64 * 3600.0 / stats.wall_s),
+            Some(if stats.gpu_busy.is_empty() {
+                0.0
+            } else {
+                stats.gpu_busy.iter().map(|g| g.busy).sum::<f64>() / stats.gpu_busy.len() as f64
+            }),
+        ),
+        None => (state.evaluations_per_hour, state.gpu_busy_fraction),
+    };
     Ok(RunStats {
         run: run.name.clone(),
         evaluator: run.evaluator.clone(),
@@ -553,8 +576,8 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
             .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.max(f)))),
         evaluations_per_hour: wall_hours.filter(|h| *h > 0.0).map(|h| done as f64 / h),
         wall_hours,
-        last_invocation_evaluations_per_hour: state.evaluations_per_hour,
-        gpu_busy_fraction: state.gpu_busy_fraction,
+        last_invocation_evaluations_per_hour: last_per_hour,
+        gpu_busy_fraction: last_busy,
         evaluation_hours: cands.iter().filter_map(|c| c.eval_ms).sum::<f64>() / 3.6e6,
         by_status,
     })
