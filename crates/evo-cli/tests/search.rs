@@ -900,3 +900,39 @@ fn search_quality_on_the_exhaustive_h200_landscape() {
         );
     }
 }
+
+/// A second recorded landscape, another problem, family and GPU (the first 104 genomes of
+/// an exhaustive gemm_mma recording on an H100): the surrogate, the default strategy, is no
+/// worse than evolution there and reaches the best recorded on every seed.
+#[test]
+fn search_quality_on_the_h100_gemm_landscape() {
+    let out = Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "--json",
+            "search-quality",
+            "-c",
+            "configs/gemm_landscape.toml",
+            "--landscape",
+            "tests/data/landscape_gemm_h100_partial.json.gz",
+            "--seeds",
+            "20",
+            "--population",
+            "16",
+        ])
+        .assert()
+        .success();
+    let report: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(report["recorded"].as_u64(), Some(104), "{report}");
+    let (surrogate, evolution) = (
+        strategy_row(&report, "surrogate"),
+        strategy_row(&report, "evolution"),
+    );
+    assert_eq!(surrogate["reached"].as_u64(), Some(20), "{surrogate}");
+    let median = |row: &serde_json::Value| row["median"].as_f64().unwrap();
+    assert!(
+        median(&surrogate) <= median(&evolution),
+        "{surrogate} vs {evolution}"
+    );
+}
