@@ -291,30 +291,7 @@ pub(crate) async fn open_to_read(url_or_path: &str) -> Result<Store, StoreError>
     if check_existing(&path).await? == Existing::NeedsWrite {
         return open_sqlite(path).await;
     }
-    let open_err = |e: sqlx::Error| StoreError::Open {
-        path: path.clone(),
-        source: Box::new(e),
-    };
-    let url = read_only_options(&path).to_url_lossy();
-    let options = AnyConnectOptions::from_url(&url).map_err(open_err)?;
-    let pool = AnyPoolOptions::new()
-        .max_connections(MAX_CONNECTIONS)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                conn.execute(
-                    format!(
-                        "PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON",
-                        BUSY_TIMEOUT.as_millis()
-                    )
-                    .as_str(),
-                )
-                .await?;
-                Ok(())
-            })
-        })
-        .connect_with(options)
-        .await
-        .map_err(open_err)?;
+    let pool = sqlite_pool(read_only_options(&path), &path).await?;
     let location = path.display().to_string();
     Ok(Store {
         pool,
@@ -372,26 +349,23 @@ fn lost_an_opening_race(e: &StoreError) -> bool {
             && text.contains("database is locked"))
 }
 
-async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
-    check_existing(&path).await?;
-
+/// A pool of connections to a SQLite file through sqlx's `Any` driver, each set up alike.
+async fn sqlite_pool(
+    options: SqliteConnectOptions,
+    path: &Path,
+) -> Result<sqlx::AnyPool, StoreError> {
     let open_err = |e: sqlx::Error| StoreError::Open {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source: Box::new(e),
     };
-    // Foreign keys are on by default in sqlx's SQLite options; the rest is set on every
-    // new connection below.
-    let url = SqliteConnectOptions::new()
-        .filename(&path)
-        .create_if_missing(true)
-        .to_url_lossy();
-    let options = AnyConnectOptions::from_url(&url).map_err(open_err)?;
-    let pool = AnyPoolOptions::new()
+    let options = AnyConnectOptions::from_url(&options.to_url_lossy()).map_err(open_err)?;
+    AnyPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .after_connect(|conn, _| {
             Box::pin(async move {
                 // FULL: a committed transaction survives a power loss too, not only a
                 // killed process; one fsync per result is nothing next to a GPU evaluation.
+                // (Foreign keys are on by default in sqlx's SQLite options, not through Any.)
                 conn.execute(
                     format!(
                         "PRAGMA busy_timeout = {}; PRAGMA synchronous = FULL; \
@@ -406,7 +380,20 @@ async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
         })
         .connect_with(options)
         .await
-        .map_err(open_err)?;
+        .map_err(open_err)
+}
+
+async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
+    check_existing(&path).await?;
+
+    let open_err = |e: sqlx::Error| StoreError::Open {
+        path: path.clone(),
+        source: Box::new(e),
+    };
+    let create = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlite_pool(create, &path).await?;
 
     // WAL is a property of the file: set it once here rather than on every connection
     // (switching needs a lock that the busy timeout does not wait for).
