@@ -225,7 +225,7 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
             out.insert(d.name.to_string(), v);
         }
         let bytes = self.min_bytes(&out);
-        if !(bytes <= MAX_SHAPE_BYTES) {
+        if bytes.is_nan() || bytes > MAX_SHAPE_BYTES {
             return Err(format!(
                 "the tensors of this shape need {:.3e} bytes, more than any GPU has (evo accepts up to 1 TiB)",
                 bytes
