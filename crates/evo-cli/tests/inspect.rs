@@ -320,6 +320,36 @@ fn a_read_only_database_is_read_without_writing() {
             started.elapsed()
         );
     }
+    // A command that writes is refused at once, saying why and what works.
+    let mut c = match (is_root, setpriv) {
+        (true, Some(sp)) => {
+            let mut c = std::process::Command::new(sp);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(assert_cmd::cargo::cargo_bin("evo"));
+            c
+        }
+        _ => std::process::Command::new(assert_cmd::cargo::cargo_bin("evo")),
+    };
+    let started = std::time::Instant::now();
+    let out = c
+        .env("EVO_CACHE_DIR", &cache)
+        .current_dir(root())
+        .args(["search", "--resume", "r1", "--budget", "1evals", "--db"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is read-only") && stderr.contains("copy it to a writable folder"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

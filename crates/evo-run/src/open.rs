@@ -118,7 +118,12 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
                 // The process id too: searches started in the same second get their own.
-                format!("{}-{secs}-{}", config.family, std::process::id())
+                // With several families the GPU picks one later: name the run by problem.
+                let what = match config.families.len() {
+                    1 => &config.family,
+                    _ => &config.problem,
+                };
+                format!("{what}-{secs}-{}", std::process::id())
             });
             check_run_name(&name)?;
             return Ok(Resolved {

@@ -45,6 +45,13 @@ pub enum StoreError {
     #[error("cannot open database {path}: {source}")]
     Open { path: PathBuf, source: Source },
 
+    #[error(
+        "cannot write {path}: {what} is read-only (SQLite keeps its -wal and -shm files beside \
+         the database); the read commands (runs, elites, show, lineage, diff, stats, report) \
+         work on it as it is; to search or export, copy it to a writable folder"
+    )]
+    ReadOnly { path: PathBuf, what: String },
+
     #[error("cannot bring the schema of {path} up to date: {source}")]
     Migrate { path: PathBuf, source: Source },
 

@@ -383,8 +383,45 @@ async fn sqlite_pool(
         .map_err(open_err)
 }
 
+/// Refuses at once a database this process cannot write (the file, or its folder where
+/// SQLite creates its -wal and -shm files), instead of letting every connection fail.
+fn check_writable(path: &Path) -> Result<(), StoreError> {
+    let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
+    let read_only = |what: String| StoreError::ReadOnly {
+        path: path.to_path_buf(),
+        what,
+    };
+    // Opening for writing changes nothing in the file.
+    if let Err(e) = std::fs::OpenOptions::new().write(true).open(path) {
+        if denied(&e) {
+            return Err(read_only("the file".into()));
+        }
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".evo-write-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if denied(&e) || e.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {
+            Err(read_only(format!("its folder {}", dir.display())))
+        }
+        // Anything else (the folder is missing, ...) is SQLite's to report.
+        Err(_) => Ok(()),
+    }
+}
+
 async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
     check_existing(&path).await?;
+    check_writable(&path)?;
 
     let open_err = |e: sqlx::Error| StoreError::Open {
         path: path.clone(),
