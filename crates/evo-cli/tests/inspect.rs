@@ -280,6 +280,16 @@ fn a_read_only_database_is_read_without_writing() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
     std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // evo as a user without write permission here (root ignores file permissions).
+    let unprivileged_evo = || match (is_root, setpriv) {
+        (true, Some(sp)) => {
+            let mut c = std::process::Command::new(sp);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(assert_cmd::cargo::cargo_bin("evo"));
+            c
+        }
+        _ => std::process::Command::new(assert_cmd::cargo::cargo_bin("evo")),
+    };
     let cache = outer.path().join("cache");
     std::fs::create_dir(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -291,15 +301,7 @@ fn a_read_only_database_is_read_without_writing() {
         vec!["lineage", "5"],
         vec!["diff", "1", "2"],
     ] {
-        let mut c = match (is_root, setpriv) {
-            (true, Some(sp)) => {
-                let mut c = std::process::Command::new(sp);
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(assert_cmd::cargo::cargo_bin("evo"));
-                c
-            }
-            _ => std::process::Command::new(assert_cmd::cargo::cargo_bin("evo")),
-        };
+        let mut c = unprivileged_evo();
         let started = std::time::Instant::now();
         let out = c
             .env("EVO_CACHE_DIR", &cache)
@@ -321,15 +323,7 @@ fn a_read_only_database_is_read_without_writing() {
         );
     }
     // A command that writes is refused at once, saying why and what works.
-    let mut c = match (is_root, setpriv) {
-        (true, Some(sp)) => {
-            let mut c = std::process::Command::new(sp);
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(assert_cmd::cargo::cargo_bin("evo"));
-            c
-        }
-        _ => std::process::Command::new(assert_cmd::cargo::cargo_bin("evo")),
-    };
+    let mut c = unprivileged_evo();
     let started = std::time::Instant::now();
     let out = c
         .env("EVO_CACHE_DIR", &cache)
