@@ -439,6 +439,12 @@ fn a_torch_baseline_without_a_gpu_falls_back_to_the_seed_genome() {
         stderr.contains("PyTorch SDPA cannot be measured here (the replay evaluator runs no GPU): the baseline is the first seed genome instead"),
         "{stderr}"
     );
+    // The summary says what the fitness is relative to.
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(
+        stdout.contains("x the baseline genome's speed") && stdout.contains("  baseline: genome:"),
+        "{stdout}"
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sources: Vec<String> = rt.block_on(async {
         let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();

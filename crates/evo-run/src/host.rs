@@ -411,6 +411,12 @@ impl Run {
             lost_leases: tally.lost,
             statuses: store.status_counts(self.id).await?,
             best,
+            baseline: store
+                .baselines(self.id)
+                .await?
+                .into_iter()
+                .next()
+                .map(|b| b.source),
         })
     }
 }

@@ -195,4 +195,7 @@ pub struct WorkReport {
     pub statuses: std::collections::BTreeMap<String, u64>,
     /// The fittest genome of the run, regressed ones included: (fitness, genome, hash).
     pub best: Option<(f64, String, String)>,
+    /// What the fitness is relative to: the baseline's source (`torch: ...`,
+    /// `genome:<hash>`, `import:<file> (...)`).
+    pub baseline: Option<String>,
 }

@@ -179,7 +179,15 @@ fn print_summary(r: &WorkReport, db: &str) {
             .join(", ")
     );
     if let Some((fitness, genome, hash)) = &r.best {
-        println!("  best: {fitness:.4}x the baseline's speed (geometric mean over shapes), {genome} [{hash}]");
+        let against = match r.baseline.as_deref() {
+            Some(s) if s.starts_with("torch:") => "PyTorch SDPA's speed",
+            Some(s) if s.starts_with("genome:") => "the baseline genome's speed",
+            _ => "the baseline's speed",
+        };
+        println!("  best: {fitness:.4}x {against} (geometric mean over shapes), {genome} [{hash}]");
+        if let Some(source) = &r.baseline {
+            println!("  baseline: {source}");
+        }
     }
     if r.interrupted {
         println!(
