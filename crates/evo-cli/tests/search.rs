@@ -123,6 +123,41 @@ fn search(db: &Path, land: &Path, args: &[&str]) -> assert_cmd::assert::Assert {
         .assert()
 }
 
+/// `evo search` of configs/gemm.toml replaying `land` in the background, each evaluation
+/// slowed by `delay_ms` (so it can be stopped mid-run); stdout piped, stderr dropped.
+fn spawn_search(db: &Path, land: &Path, delay_ms: u64, args: &[&str]) -> std::process::Child {
+    StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
+        .current_dir(root())
+        .env("EVO_REPLAY_DELAY_MS", delay_ms.to_string())
+        .args(["search", "-c", "configs/gemm.toml", "--no-progress", "--db"])
+        .arg(db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (at most a minute) until run `run` of `db` has at least `n` results.
+fn wait_for_results(db: &Path, run: &str, n: usize) {
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = std::panic::catch_unwind(|| rows(db, run))
+            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
+            .unwrap_or(0);
+        if done >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the search did not get going"
+        );
+    }
+}
+
 /// (generation, genome, status, fitness, origin) of one candidate.
 type Row = (u32, String, Option<String>, Option<f64>, String);
 
@@ -223,43 +258,13 @@ fn a_killed_search_resumes_without_losing_or_repeating_anything() {
     )
     .success();
     // The same run, killed with SIGKILL in the middle of generation 1.
-    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
-        .current_dir(root())
-        .env("EVO_REPLAY_DELAY_MS", "40")
-        .args([
-            "search",
-            "-c",
-            "configs/gemm.toml",
-            "--no-progress",
-            "--run",
-            "killed",
-            "--budget",
-            "4gen",
-            "--seed",
-            "3",
-            "--db",
-        ])
-        .arg(&db)
-        .arg("--evaluator")
-        .arg(format!("replay:{}", land.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let done = std::panic::catch_unwind(|| rows(&db, "killed"))
-            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
-            .unwrap_or(0);
-        if done >= 1 + 32 + 10 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the search did not get going"
-        );
-    }
+    let mut child = spawn_search(
+        &db,
+        &land,
+        40,
+        &["--run", "killed", "--budget", "4gen", "--seed", "3"],
+    );
+    wait_for_results(&db, "killed", 1 + 32 + 10);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let before = rows(&db, "killed");
@@ -698,39 +703,13 @@ fn sigterm_saves_like_ctrl_c() {
     let land = dir.path().join("landscape.json");
     landscape(&land);
     let db = dir.path().join("population.db");
-    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
-        .current_dir(root())
-        .env("EVO_REPLAY_DELAY_MS", "100")
-        .args([
-            "search",
-            "-c",
-            "configs/gemm.toml",
-            "--no-progress",
-            "--run",
-            "term",
-        ])
-        .args(["--budget", "2gen", "--seed", "4", "--db"])
-        .arg(&db)
-        .arg("--evaluator")
-        .arg(format!("replay:{}", land.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let done = std::panic::catch_unwind(|| rows(&db, "term"))
-            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
-            .unwrap_or(0);
-        if done >= 3 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the search did not get going"
-        );
-    }
+    let child = spawn_search(
+        &db,
+        &land,
+        100,
+        &["--run", "term", "--budget", "2gen", "--seed", "4"],
+    );
+    wait_for_results(&db, "term", 3);
     StdCommand::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -760,43 +739,13 @@ fn ctrl_c_saves_and_resume_finishes() {
     let land = dir.path().join("landscape.json");
     landscape(&land);
     let db = dir.path().join("population.db");
-    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
-        .current_dir(root())
-        .env("EVO_REPLAY_DELAY_MS", "100")
-        .args([
-            "search",
-            "-c",
-            "configs/gemm.toml",
-            "--no-progress",
-            "--run",
-            "int",
-            "--budget",
-            "2gen",
-            "--seed",
-            "4",
-            "--db",
-        ])
-        .arg(&db)
-        .arg("--evaluator")
-        .arg(format!("replay:{}", land.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let done = std::panic::catch_unwind(|| rows(&db, "int"))
-            .map(|r| r.iter().filter(|x| x.2.is_some()).count())
-            .unwrap_or(0);
-        if done >= 5 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the search did not get going"
-        );
-    }
+    let child = spawn_search(
+        &db,
+        &land,
+        100,
+        &["--run", "int", "--budget", "2gen", "--seed", "4"],
+    );
+    wait_for_results(&db, "int", 5);
     let interrupted_at = Instant::now();
     StdCommand::new("kill")
         .args(["-INT", &child.id().to_string()])
