@@ -48,18 +48,11 @@ const TORCH_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// The shapes as the script reads them: a TOML file of complete `[[shapes]]` tables.
 fn shapes_toml(shapes: &[Vars]) -> String {
-    let mut text = String::new();
-    for shape in shapes {
-        text.push_str("[[shapes]]\n");
-        for (k, v) in shape {
-            let value = match v {
-                Value::Str(s) => format!("{s:?}"),
-                other => other.to_string(),
-            };
-            text.push_str(&format!("{k} = {value}\n"));
-        }
+    #[derive(serde::Serialize)]
+    struct Shapes<'a> {
+        shapes: &'a [Vars],
     }
-    text
+    toml::to_string(&Shapes { shapes }).expect("shape values serialize to TOML")
 }
 
 #[derive(Deserialize)]
@@ -480,4 +473,26 @@ pub async fn rescore(store: &Store, run: &str, file: &Path, db: &str) -> Result<
             .filter_map(|u| u.2)
             .fold(None::<f64>, |b, f| Some(b.map_or(f, |b| b.max(f)))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_reach_the_script_as_written() {
+        let shape: Vars = [
+            ("BATCH".to_string(), Value::Int(2)),
+            ("CAUSAL".to_string(), Value::Bool(true)),
+            ("DTYPE".to_string(), Value::Str("bf16".into())),
+        ]
+        .into_iter()
+        .collect();
+        #[derive(Deserialize)]
+        struct Back {
+            shapes: Vec<Vars>,
+        }
+        let back: Back = toml::from_str(&shapes_toml(&[shape.clone(), shape.clone()])).unwrap();
+        assert_eq!(back.shapes, [shape.clone(), shape]);
+    }
 }
