@@ -71,8 +71,8 @@ struct Entry {
 
 /// Per-shape times from an `evo-baseline-1` file.
 pub struct Imported {
-    /// `import:<file> (<source>)`, what the run stores as the baselines' source.
-    pub source: String,
+    /// The file they were read from.
+    pub path: std::path::PathBuf,
     /// The file's own `source` (what measured the times).
     pub measured_by: String,
     pub device: Option<String>,
@@ -121,11 +121,16 @@ impl Imported {
             shapes.push((vars, e.median_us));
         }
         Ok(Imported {
-            source: format!("import:{} ({})", path.display(), f.source),
+            path: path.to_path_buf(),
             measured_by: f.source,
             device: f.device,
             shapes,
         })
+    }
+
+    /// `import:<file> (<measured by>)`, what a run stores as the baselines' source.
+    pub fn source(&self) -> String {
+        format!("import:{} ({})", self.path.display(), self.measured_by)
     }
 
     /// The time of each of `shapes` (complete), by canonical key: the file's shapes are
@@ -232,10 +237,11 @@ impl Run {
         let file = config.path.parent().unwrap_or(Path::new(".")).join(file);
         let imported = Imported::load(&file)?;
         let shapes = self.context.configured_shapes();
+        let source = imported.source();
         let rows: Vec<(String, f64, String)> = imported
             .times_for(self.context.family.problem, &shapes, &file)?
             .into_iter()
-            .map(|(k, t)| (k, t, imported.source.clone()))
+            .map(|(k, t)| (k, t, source.clone()))
             .collect();
         if let (Some(d), Some(ours)) = (&imported.device, &self.device) {
             if d != ours {
@@ -458,12 +464,12 @@ pub async fn rescore(store: &Store, run: &str, file: &Path, db: &str) -> Result<
     }
     let rows: Vec<(String, f64, String)> = times
         .iter()
-        .map(|(k, t)| (k.clone(), *t, imported.source.clone()))
+        .map(|(k, t)| (k.clone(), *t, imported.source()))
         .collect();
     store.rebase(r.id, &rows, &updates).await?;
     Ok(Rescored {
         run: r.name,
-        source: imported.source,
+        source: imported.source(),
         times,
         rescored: updates.len(),
         regressed: updates.iter().filter(|u| u.1 == Status::Regressed).count(),
