@@ -1,6 +1,6 @@
-//! Host-side correctness checks: poisoned output with guard regions, comparison with
-//! the reference, guard and input integrity, run-to-run identity. No GPU needed, so
-//! all of it is unit-tested on the CPU.
+//! The correctness gate's comparison rule and verdict. The worker applies the rule on the
+//! GPU (`worker/gate_kernels.cu: evo_compare`, in double as here); [`compare`] is its CPU
+//! copy, unit-tested here and held equal to the GPU's by a GPU test.
 
 use evo_kernels::harness::{HostTensor, Tolerance};
 use rayon::prelude::*;
@@ -9,20 +9,6 @@ use crate::protocol::{CheckFailure, ErrorStats};
 
 /// Byte written into the guard regions around an output.
 pub const GUARD_BYTE: u8 = 0xA5;
-
-/// The first changed byte of the guard regions `before` and `after` a buffer named
-/// `buffer` (each as downloaded), if any.
-pub fn check_guards(buffer: &str, before: &[u8], after: &[u8]) -> Option<CheckFailure> {
-    let changed = |region: &[u8]| region.iter().position(|b| *b != GUARD_BYTE);
-    let at = |before: bool, offset: usize| CheckFailure::Guard {
-        buffer: buffer.to_string(),
-        before,
-        offset,
-    };
-    changed(before)
-        .map(|i| at(true, i))
-        .or_else(|| changed(after).map(|i| at(false, i)))
-}
 
 /// Compares an output with the float32 reference. Runs on all cores over fixed chunks
 /// merged in order, so the result does not depend on the number of threads.
@@ -116,19 +102,6 @@ pub fn verdict(s: &ErrorStats, tol: &Tolerance) -> Option<CheckFailure> {
     })
 }
 
-/// Elements (of `elem_size` bytes) that differ between two outputs, and the first one.
-pub fn differences(a: &[u8], b: &[u8], elem_size: usize) -> Option<(u64, usize)> {
-    let mut count = 0u64;
-    let mut first = None;
-    for (i, (x, y)) in a.chunks(elem_size).zip(b.chunks(elem_size)).enumerate() {
-        if x != y {
-            count += 1;
-            first.get_or_insert(i);
-        }
-    }
-    first.map(|f| (count, f))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,27 +116,6 @@ mod tests {
 
     fn f16(values: &[f32]) -> HostTensor {
         HostTensor::from_f32(ElemType::F16, values)
-    }
-
-    #[test]
-    fn guards_name_the_buffer_and_the_byte() {
-        let clean = vec![GUARD_BYTE; 8];
-        assert_eq!(check_guards("o", &clean, &clean), None);
-        let mut hit = clean.clone();
-        hit[1] = 0;
-        assert_eq!(
-            check_guards("o", &clean, &hit),
-            Some(CheckFailure::Guard {
-                buffer: "o".into(),
-                before: false,
-                offset: 1
-            })
-        );
-        let e = check_guards("k", &hit, &clean).unwrap();
-        assert_eq!(
-            e.to_string(),
-            "write outside `k`: the guard region before it changed at byte 1"
-        );
     }
 
     #[test]
@@ -226,16 +178,6 @@ mod tests {
         got[5] = 0.01;
         let s = compare(&f16(&got), &reference, &TOL);
         assert!(verdict(&s, &TOL).is_some());
-    }
-
-    #[test]
-    fn differences_count_elements() {
-        let a = [1u8, 2, 3, 4, 5, 6];
-        let mut b = a;
-        assert_eq!(differences(&a, &b, 2), None);
-        b[3] = 0;
-        b[5] = 0;
-        assert_eq!(differences(&a, &b, 2), Some((2, 1)));
     }
 
     #[test]

@@ -545,15 +545,7 @@ pub fn normal_values(seed: u64, tensor: usize, n: usize, scale: f32) -> Vec<f32>
 
 /// `n` values of [`counter_value`] for `seed`, in parallel.
 pub fn counter_values(seed: u64, n: usize, fill: Fill) -> Vec<f32> {
-    let mut out = vec![0f32; n];
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(c, chunk)| {
-            for (j, x) in chunk.iter_mut().enumerate() {
-                *x = counter_value(seed, (c * CHUNK + j) as u64, fill);
-            }
-        });
-    out
+    InputFill::Counter { seed, fill }.values(n)
 }
 
 /// The seed of input `tensor` of a trial's `seed`.
@@ -561,17 +553,20 @@ pub fn tensor_seed(seed: u64, tensor: usize) -> u64 {
     seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(tensor as u64 + 1)
 }
 
+/// splitmix64's finalizer: the counter-based hash behind every generated value (the
+/// worker's GPU copy is `gate_kernels.cu: evo_gate::mix`).
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// Element `i` of a counter-based stream: splitmix64 of the seed and the index, as an
 /// approximately normal value (the sum of four 16-bit uniforms, centred and scaled to unit
 /// variance: Irwin-Hall, |x| < 3.47 standard deviations) or a uniform one. Integer sums and
 /// one rounding, so the worker's GPU copy (`gate_kernels.cu: evo_fill`) gives the same bits.
 pub fn counter_value(seed: u64, i: u64, fill: Fill) -> f32 {
-    fn mix(mut x: u64) -> u64 {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
     let h = mix(seed ^ mix(i));
     match fill {
         Fill::Normal(sd) => {
@@ -579,6 +574,72 @@ pub fn counter_value(seed: u64, i: u64, fill: Fill) -> f32 {
             (s as f32 - 131070.0) * (1.0 / 37837.23) * sd
         }
         Fill::Uniform(lo, hi) => lo + (hi - lo) * ((h >> 40) as f32 * (1.0 / 16777216.0)),
+    }
+}
+
+/// One input of a trial as a function of its logical element index alone, so the worker
+/// writes it on the GPU (`gate_kernels.cu: evo_fill`, straight into the call's layout) and
+/// the host never builds it. [`InputFill::values`] is the CPU copy, equal bit for bit once
+/// encoded (a GPU test holds the two together).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InputFill {
+    /// [`counter_value`] of `seed` at each index.
+    Counter { seed: u64, fill: Fill },
+    /// All zeros (+0.0).
+    Zeros,
+    /// Rows of `cols` elements, each zero but for a 1 at [`one_hot_column`] of the row.
+    OneHot { seed: u64, cols: usize },
+    /// Input `tensor` (0 q, 1 k, 2 v; `seq` rows per head) of attention's `Rows` kind for
+    /// the trial `seed` (`problems::sdpa`'s `rows_value`).
+    AttentionRows {
+        seed: u64,
+        tensor: usize,
+        seq: usize,
+        head_dim: usize,
+        very_negative: f32,
+    },
+}
+
+/// The column of the 1 in row `row` of an [`InputFill::OneHot`] tensor.
+pub fn one_hot_column(seed: u64, row: u64, cols: usize) -> u64 {
+    mix(seed ^ mix(row)) % cols.max(1) as u64
+}
+
+impl InputFill {
+    /// Logical element `i`.
+    pub fn value(&self, i: u64) -> f32 {
+        match *self {
+            InputFill::Counter { seed, fill } => counter_value(seed, i, fill),
+            InputFill::Zeros => 0.0,
+            InputFill::AttentionRows {
+                seed,
+                tensor,
+                seq,
+                head_dim,
+                very_negative,
+            } => crate::problems::rows_value(seed, tensor, seq, head_dim, very_negative, i),
+            InputFill::OneHot { seed, cols } => {
+                let cols = cols.max(1) as u64;
+                if i % cols == one_hot_column(seed, i / cols, cols as usize) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The first `n` elements, in parallel.
+    pub fn values(&self, n: usize) -> Vec<f32> {
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                for (j, x) in chunk.iter_mut().enumerate() {
+                    *x = self.value((c * CHUNK + j) as u64);
+                }
+            });
+        out
     }
 }
 

@@ -3,8 +3,8 @@
 use evo_core::{Value, Vars};
 
 use crate::harness::{
-    dtype, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor, InputKind, Layout, ReferenceKernel,
-    TensorSpec, Tolerance,
+    dtype, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor, InputFill, InputKind, Layout,
+    ReferenceKernel, TensorSpec, Tolerance,
 };
 pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8, SdpaFp8E2e};
 
@@ -164,6 +164,21 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
     /// Seeded inputs of one kind for `call` (whose scalars some kinds aim for), one logical
     /// (row-major) tensor per [`Problem::inputs`] entry.
     fn generate(&self, shape: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor>;
+    /// The same inputs as [`Problem::generate`], one [`InputFill`] per input, where every
+    /// input of this kind is a function of its element index alone: the worker then writes
+    /// them on the GPU in the call's layout and the host builds nothing. `None` (the
+    /// default): the worker uploads `generate`'s tensors. An implementation must give what
+    /// `generate` gives, bit for bit once encoded ([`crate::problems`]' tests check it).
+    fn input_fills(
+        &self,
+        shape: &Vars,
+        call: &Call,
+        kind: InputKind,
+        seed: u64,
+    ) -> Option<Vec<InputFill>> {
+        let _ = (shape, call, kind, seed);
+        None
+    }
     /// How the worker fills input `input` with fresh values on the GPU for every timing
     /// replay (no host copy: the reference is computed on the GPU).
     fn random_fill(&self, shape: &Vars, input: usize) -> Fill {
@@ -254,6 +269,59 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect()
+    }
+
+    /// Where a problem says its inputs are fills (the worker then writes them on the GPU),
+    /// they are exactly what `generate` gives, in every call and every kind; the problems
+    /// that should have fills have them.
+    #[test]
+    fn input_fills_are_the_generated_inputs() {
+        let shapes = [
+            (
+                "sdpa_fwd",
+                shape(&[
+                    ("BATCH", 2.into()),
+                    ("HEADS", 3.into()),
+                    ("SEQ_Q", 77.into()),
+                    ("SEQ_KV", 50.into()),
+                    ("HEAD_DIM", 64.into()),
+                    ("DTYPE", "bf16".into()),
+                ]),
+            ),
+            (
+                "gemm",
+                shape(&[("M", 33.into()), ("N", 17.into()), ("K", 24.into())]),
+            ),
+        ];
+        let mut filled = 0;
+        for (name, partial) in shapes {
+            let p = problem(name).unwrap();
+            let s = p.complete_shape(&partial).unwrap();
+            for (kind, seed) in [InputKind::Random]
+                .into_iter()
+                .chain(InputKind::ADVERSARIAL)
+                .zip(40..)
+            {
+                let call = p.varied_call(&s, seed, &[]);
+                let generated = p.generate(&s, &call, kind, seed);
+                let Some(fills) = p.input_fills(&s, &call, kind, seed) else {
+                    continue;
+                };
+                filled += 1;
+                assert_eq!(fills.len(), generated.len(), "{name} {kind:?}");
+                for ((fill, host), spec) in fills.iter().zip(&generated).zip(p.inputs(&s)) {
+                    let encoded = HostTensor::from_f32(spec.elem, &fill.values(spec.len));
+                    assert_eq!(encoded, *host, "{name} {kind:?} input {}", spec.name);
+                }
+                // Another seed, other values (zeros aside).
+                if !matches!(fills[0], InputFill::Zeros) {
+                    let other = p.input_fills(&s, &call, kind, seed + 1).unwrap();
+                    assert_ne!(other[0].values(64), fills[0].values(64), "{name} {kind:?}");
+                }
+            }
+        }
+        // sdpa: every kind; gemm: all but Large.
+        assert_eq!(filled, 9);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! running ahead on CPU threads, then one GPU slot per worker), or a recorded landscape
 //! (the replay evaluator).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +33,9 @@ pub struct GenomeResult {
     pub eval_ms: f64,
     /// Time the GPU worker spent on it, ms.
     pub gpu_ms: f64,
+    /// Where its time went, ms per stage: `compile` (NVRTC, cache misses), then the
+    /// worker's stages (`evo_eval`'s `JobResult::stages_ms`).
+    pub stages_ms: BTreeMap<String, f64>,
 }
 
 impl GenomeResult {
@@ -45,6 +49,7 @@ impl GenomeResult {
             source_key: None,
             eval_ms: started.elapsed().as_secs_f64() * 1e3,
             gpu_ms: 0.0,
+            stages_ms: BTreeMap::new(),
         }
     }
 }
@@ -287,9 +292,18 @@ fn from_verdicts(verdicts: Vec<Verdict>, started: Instant) -> GenomeResult {
     };
     let mut shapes = Vec::new();
     let mut gpu_ms = 0.0;
+    let mut stages_ms: BTreeMap<String, f64> = BTreeMap::new();
+    for c in verdicts.iter().filter_map(|v| v.compile.as_ref()) {
+        if !c.cached {
+            *stages_ms.entry("compile".into()).or_default() += c.ms;
+        }
+    }
     for r in verdicts.iter().filter_map(|v| v.result.as_ref()) {
         gpu_ms += r.elapsed_ms;
         shapes.extend(r.shapes.iter().map(measurement));
+        for (stage, ms) in &r.stages_ms {
+            *stages_ms.entry(stage.clone()).or_default() += ms;
+        }
     }
     let resources = serde_json::json!(verdicts
         .iter()
@@ -311,6 +325,7 @@ fn from_verdicts(verdicts: Vec<Verdict>, started: Instant) -> GenomeResult {
             .find_map(|v| v.compile.as_ref().map(|c| c.key.clone())),
         eval_ms: started.elapsed().as_secs_f64() * 1e3,
         gpu_ms,
+        stages_ms,
     }
 }
 
@@ -403,5 +418,6 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
         source_key: None,
         eval_ms: started.elapsed().as_secs_f64() * 1e3,
         gpu_ms: p.eval_ms.unwrap_or(0.0),
+        stages_ms: BTreeMap::new(),
     }
 }

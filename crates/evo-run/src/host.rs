@@ -42,6 +42,8 @@ pub(crate) struct Tally {
     pub sanitizer_unavailable_said: bool,
     /// The budget share at this invocation's first result (see [`eta`]).
     pub first_share: Option<f64>,
+    /// Where the evaluations' time went, ms per stage ([`HostStats::stages_ms`]).
+    pub stages_ms: BTreeMap<String, f64>,
 }
 
 impl Tally {
@@ -262,6 +264,9 @@ impl Run {
         }
         tally.evaluated += 1;
         tally.gpu_ms += r.gpu_ms;
+        for (stage, ms) in &r.stages_ms {
+            *tally.stages_ms.entry(stage.clone()).or_default() += ms;
+        }
         *tally.by_status.entry(status.name()).or_default() += 1;
         let elapsed = shift.started.elapsed();
         let share = budget_share(shift.host.budget, elapsed, tally.evaluated, generation);
@@ -298,6 +303,7 @@ impl Run {
         }
         let verdict = self.backend.sanitize(genome).await;
         tally.gpu_ms += verdict.seconds() * 1e3;
+        *tally.stages_ms.entry("sanitizer".into()).or_default() += verdict.seconds() * 1e3;
         match &verdict {
             SanitizerVerdict::Clean { .. } => {
                 tracing::info!(genome = %genome.canonical(), seconds = verdict.seconds(), "new best is sanitizer-clean");
@@ -347,6 +353,11 @@ impl Run {
                 .map(|(g, f)| GpuBusy { gpu: *g, busy: *f })
                 .collect(),
             reason: ended.reason.into(),
+            stages_ms: {
+                let mut stages = tally.stages_ms.clone();
+                stages.insert("database".into(), db_ms);
+                stages
+            },
         };
         let store = &self.store;
         store

@@ -439,6 +439,34 @@ pub struct RunStats {
     pub gpu_busy_fraction: Option<f64>,
     /// Sum of the evaluations' own wall times, hours.
     pub evaluation_hours: f64,
+    /// Where the last invocation's time went, longest first (empty where it was not
+    /// recorded: replays, runs from before it was kept).
+    pub last_invocation_stages: Vec<StageTime>,
+}
+
+/// One stage of the evaluations of an invocation: `compile` (NVRTC on CPU threads, ahead
+/// of the GPU), the GPU worker's stages, `sanitizer`, `database`.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageTime {
+    pub stage: String,
+    pub seconds: f64,
+    /// Per genome the invocation evaluated.
+    pub ms_per_genome: f64,
+}
+
+/// `stages` (ms) as [`StageTime`]s over `genomes`, longest first.
+fn stage_times(stages: &BTreeMap<String, f64>, genomes: u64) -> Vec<StageTime> {
+    let mut out: Vec<StageTime> = stages
+        .iter()
+        .filter(|(_, ms)| **ms > 0.0)
+        .map(|(stage, ms)| StageTime {
+            stage: stage.clone(),
+            seconds: ms / 1e3,
+            ms_per_genome: ms / genomes.max(1) as f64,
+        })
+        .collect();
+    out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds).then(a.stage.cmp(&b.stage)));
+    out
 }
 
 /// Order of the gates, and the statuses that stop a candidate at each.
@@ -551,6 +579,10 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
             let stats: evo_store::HostStats = serde_json::from_value(h.stats.clone()?).ok()?;
             (stats.wall_s > 0.0).then_some((h, stats))
         });
+    let last_stages = newest
+        .as_ref()
+        .map(|(h, stats)| stage_times(&stats.stages_ms, h.evaluated))
+        .unwrap_or_default();
     let (last_per_hour, last_busy) = match newest {
         Some((h, stats)) => (
             Some(h.evaluated as f64 * 3600.0 / stats.wall_s),
@@ -579,6 +611,7 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
         last_invocation_evaluations_per_hour: last_per_hour,
         gpu_busy_fraction: last_busy,
         evaluation_hours: cands.iter().filter_map(|c| c.eval_ms).sum::<f64>() / 3.6e6,
+        last_invocation_stages: last_stages,
         by_status,
     })
 }
@@ -586,6 +619,24 @@ pub async fn run_stats(store: &Store, run: &Run) -> Result<RunStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stage_times_are_per_genome_and_longest_first() {
+        let stages: BTreeMap<String, f64> = [
+            ("compile".to_string(), 4000.0),
+            ("inputs".to_string(), 9000.0),
+            ("padding".to_string(), 0.0),
+        ]
+        .into_iter()
+        .collect();
+        let t = stage_times(&stages, 4);
+        assert_eq!(
+            t.iter().map(|s| s.stage.as_str()).collect::<Vec<_>>(),
+            ["inputs", "compile"]
+        );
+        assert_eq!((t[0].seconds, t[0].ms_per_genome), (9.0, 2250.0));
+        assert_eq!(stage_times(&stages, 0)[0].ms_per_genome, 9000.0);
+    }
 
     #[test]
     fn resources_take_the_largest_over_specializations() {

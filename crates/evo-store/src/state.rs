@@ -8,6 +8,8 @@
 //! [`Run::run_settings`], [`Run::state`] and [`Generation::search_state`] read them into
 //! these types, and [`to_stored_json`] writes them (keys sorted, as before).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -82,6 +84,11 @@ pub struct HostStats {
     pub gpu_busy: Vec<GpuBusy>,
     /// Why it stopped.
     pub reason: String,
+    /// Where the evaluations' time went, ms per stage summed over the invocation
+    /// (`compile`, the GPU worker's stages, `sanitizer`, `database`); absent in runs
+    /// recorded before it was kept.
+    #[serde(default)]
+    pub stages_ms: BTreeMap<String, f64>,
 }
 
 /// One GPU's share of a host's wall time spent on jobs.

@@ -816,6 +816,20 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
                 ""
             }
         );
+        if !s.last_invocation_stages.is_empty() {
+            let mut t = table(&["stage (last invocation)", "total s", "ms per genome"]);
+            for st in &s.last_invocation_stages {
+                t.add_row(vec![
+                    st.stage.clone(),
+                    format!("{:.1}", st.seconds),
+                    format!("{:.0}", st.ms_per_genome),
+                ]);
+            }
+            println!("{t}");
+            println!(
+                "compile runs on CPU threads ahead of the GPU; sanitizer and the worker's stages hold a GPU; database is this host's waits on the store"
+            );
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -3,10 +3,11 @@
 
 use evo_core::Vars;
 use evo_gpu::runtime::{CudaError, DeviceBuffer, Gpu, KernelArg};
-use evo_kernels::harness::{ArgSlot, Layout, TensorSpec};
+use evo_kernels::harness::{ArgSlot, ElemType, Layout, TensorSpec};
 use evo_kernels::Problem;
 
-use crate::compare::{self, GUARD_BYTE};
+use super::gpu_checks::GateKernels;
+use crate::compare::GUARD_BYTE;
 use crate::protocol::CheckFailure;
 
 /// A device buffer of `len` payload bytes between two guard regions of `guard` bytes
@@ -48,23 +49,9 @@ impl Guarded {
         gpu.upload_at(&self.buffer, self.guard, data)
     }
 
-    pub fn download(&self, gpu: &Gpu) -> Result<Vec<u8>, CudaError> {
-        gpu.download_at(&self.buffer, self.guard, self.len)
-    }
-
     /// Sets every payload byte to `value`, queued on the stream.
     pub fn fill(&self, gpu: &Gpu, value: u8) -> Result<(), CudaError> {
         gpu.memset_at(&self.buffer, self.guard, self.len, value)
-    }
-
-    /// The guard regions as the GPU holds them now, checked.
-    pub fn check_guards(&self, gpu: &Gpu, name: &str) -> Result<Option<CheckFailure>, CudaError> {
-        if self.guard == 0 {
-            return Ok(None);
-        }
-        let before = gpu.download_at(&self.buffer, 0, self.guard)?;
-        let after = gpu.download_at(&self.buffer, self.guard + self.len, self.guard)?;
-        Ok(compare::check_guards(name, &before, &after))
     }
 
     /// (address, length) of each guard region, for checks on the GPU.
@@ -82,6 +69,7 @@ impl Guarded {
 pub(crate) struct CallBuffers {
     pub inputs: Vec<Guarded>,
     pub output: Guarded,
+    pub output_elem: ElemType,
     pub scratch: Vec<Guarded>,
     pub names: Vec<String>,
 }
@@ -119,6 +107,7 @@ impl CallBuffers {
         Ok(CallBuffers {
             inputs: tensors,
             output,
+            output_elem: problem.output(vars).elem,
             scratch: scratch_buffers,
             names,
         })
@@ -131,16 +120,6 @@ impl CallBuffers {
             .chain([&self.output])
             .chain(&self.scratch)
             .zip(self.names.iter().map(String::as_str))
-    }
-
-    /// The first changed guard region of any buffer.
-    pub fn check_guards(&self, gpu: &Gpu) -> Result<Option<CheckFailure>, CudaError> {
-        for (b, name) in self.all() {
-            if let Some(f) = b.check_guards(gpu, name)? {
-                return Ok(Some(f));
-            }
-        }
-        Ok(None)
     }
 
     /// Fills every scratch buffer with 0xFF bytes: NaN in f16, bf16, f32 and e4m3, so a
@@ -170,6 +149,38 @@ impl CallBuffers {
         };
         lists.iter().map(|l| bind_args(l, &p)).collect()
     }
+}
+
+/// The first changed guard region of any buffer of `calls` (inputs, output, scratch), in
+/// one pass on the GPU.
+pub(crate) fn changed_guard(
+    gpu: &Gpu,
+    gate: &GateKernels,
+    calls: &[&CallBuffers],
+) -> Result<Option<CheckFailure>, CudaError> {
+    let regions: Vec<(u64, usize, &str, bool)> = calls
+        .iter()
+        .flat_map(|c| c.all())
+        .flat_map(|(b, name)| {
+            let [before, after] = b.guard_regions();
+            [
+                (before.0, before.1, name, true),
+                (after.0, after.1, name, false),
+            ]
+        })
+        .filter(|r| r.1 > 0)
+        .collect();
+    let spans: Vec<(u64, u64)> = regions.iter().map(|r| (r.0, r.1 as u64)).collect();
+    let diffs = gate.differ_from_pattern(gpu, &spans, &[GUARD_BYTE], 1)?;
+    Ok(diffs
+        .iter()
+        .zip(&regions)
+        .find(|(d, _)| d.count > 0)
+        .map(|(d, r)| CheckFailure::Guard {
+            buffer: r.2.to_string(),
+            before: r.3,
+            offset: d.first as usize,
+        }))
 }
 
 /// Device addresses of one call's buffers, for [`bind_args`].

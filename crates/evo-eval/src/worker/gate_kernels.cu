@@ -1,9 +1,10 @@
-// Kernels the worker runs around the candidate's timed launches (worker/gpu_checks.rs):
-// fresh timing inputs for every replay (evo_fill), the comparison of a timed output with
-// its float32 reference (evo_absmax, then evo_compare), and byte-for-byte checks of
-// regions (evo_differ: inputs unchanged, guard regions intact). Each kernel takes an array
-// of jobs, one per blockIdx.y, so a replay's checks are a few launches whatever the number
-// of input sets. None of them needs to be fast, only far cheaper than the reference.
+// Kernels the worker runs around the candidate's launches (worker/gpu_checks.rs): the inputs of
+// correctness trials and fresh timing inputs for every replay (evo_fill, straight into a call's
+// strided layout), poison and padding patterns (evo_pattern), the comparison of an output with
+// its float32 reference (evo_absmax, then evo_compare), and byte-for-byte checks of regions
+// (evo_differ: inputs unchanged, guard regions intact, a repeat launch identical). Each kernel
+// takes an array of jobs, one per blockIdx.y, so a check is a few launches whatever the number
+// of tensors. None of them needs to be fast, only far cheaper than the reference.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -44,6 +45,35 @@ __device__ __forceinline__ float load(const void* p, int elem, unsigned long lon
     }
 }
 
+// How a tensor's logical elements lie in its buffer (harness::Layout): element i, row-major
+// over dims, is at sum_k idx_k * strides[k]; rank 0: element i at i.
+enum : int { MAX_RANK = 6 };
+struct Strided {
+    unsigned long long dims[MAX_RANK], strides[MAX_RANK];
+    int rank, unused;
+};
+
+__device__ __forceinline__ unsigned long long offset_of(const Strided& l, unsigned long long i) {
+    if (l.rank == 0) return i;
+    unsigned long long off = 0;
+    for (int k = l.rank - 1; k >= 0; --k) {
+        const unsigned long long d = l.dims[k];
+        off += (i % d) * l.strides[k];
+        i /= d;
+    }
+    return off;
+}
+
+__device__ __forceinline__ void store(void* p, int elem, unsigned long long at, float x, unsigned long long h) {
+    switch (elem) {
+    case ELEM_F16: static_cast<__half*>(p)[at] = __float2half_rn(x); break;
+    case ELEM_BF16: static_cast<__nv_bfloat16*>(p)[at] = __float2bfloat16_rn(x); break;
+    case ELEM_F32: static_cast<float*>(p)[at] = x; break;
+    case ELEM_E4M3: static_cast<unsigned char*>(p)[at] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); break;
+    default: static_cast<unsigned char*>(p)[at] = static_cast<unsigned char>(h >> 56); break;
+    }
+}
+
 __device__ __forceinline__ unsigned long long global_index() {
     return static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -54,85 +84,143 @@ __device__ __forceinline__ unsigned long long global_stride() {
 
 }  // namespace evo_gate
 
-// One tensor to fill: n elements of type elem at ptr, from seed; kind 0: normal with standard
-// deviation a, kind 1: uniform in [a, b). e4m3 values are encoded with saturation.
+// One tensor to fill: n logical elements of type elem at ptr (laid out by `layout`), as
+// harness::InputFill::value: kind 0 normal with standard deviation a, 1 uniform in [a, b) (both
+// from seed, the tensor's own), 2 zeros, 3 rows of `cols` elements each zero but for a 1 at
+// mix(seed ^ mix(row)) % cols, 4 input `tensor` of attention's Rows kind for the trial `seed`
+// (cols = head_dim, seq rows per head, a = the very-negative query value). e4m3 values are
+// encoded with saturation; u8 takes the hash's top byte.
 struct FillJob {
-    unsigned long long ptr, n, seed;
-    int elem, kind;
+    unsigned long long ptr, n, seed, cols, seq;
+    int elem, kind, tensor, unused;
     float a, b;
+    evo_gate::Strided layout;
 };
 
+namespace evo_gate {
+
+// harness::tensor_seed: the seed of input t of a trial.
+__device__ __forceinline__ unsigned long long tensor_seed(unsigned long long seed, unsigned long long t) {
+    return seed ^ (0x9e3779b97f4a7c15ull * (t + 1));
+}
+
+// problems/sdpa.rs: rows_value, element i of the job's tensor (the CPU copy's keys and cases:
+// 0 Normal, 1 ZeroKeys, 2 IdenticalKeys, 3 Large, 4 OneHot, 5 VeryNegative).
+__device__ float attention_rows(const FillJob& j, unsigned long long i) {
+    const unsigned long long hd = j.cols, row = i / hd, col = i % hd, bh = row / j.seq;
+    const unsigned long long t = j.tensor, base_seed = tensor_seed(j.seed, t);
+    const int c = static_cast<int>(bh < 6 ? (bh + j.seed) % 6 : mix(tensor_seed(j.seed, 0x0a0d) ^ mix(bh)) % 6);
+    float x = normal_of(mix(base_seed ^ mix(i)));
+    if (c == 1 && t == 1) x = 0.0f;
+    else if (c == 2 && t == 1) x = normal_of(mix(base_seed ^ mix(bh * j.seq * hd + col)));
+    else if (c == 3 && t == 2) x *= 16.0f;
+    else if (c == 4) x = col == mix(tensor_seed(j.seed ^ 0x0e0eull, t) ^ mix(row)) % hd ? 1.0f : 0.0f;
+    else if (c == 5 && t == 1 && col == 0) x = 4.0f;
+    else if (c == 5 && t == 0) x = col == 0 ? -j.a : 0.0f;
+    if (t == 0 && c != 4 && mix(tensor_seed(j.seed, 0x0a0e) ^ mix(row)) % 8 == 0) x = 0.0f;
+    return x;
+}
+
+}  // namespace evo_gate
+
 extern "C" __global__ void evo_fill(const FillJob* jobs) {
-    const FillJob j = jobs[blockIdx.y];
+    const FillJob& j = jobs[blockIdx.y];
     for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride()) {
         const unsigned long long h = evo_gate::mix(j.seed ^ evo_gate::mix(i));
-        const float x = j.kind == 0 ? evo_gate::normal_of(h) * j.a : j.a + (j.b - j.a) * evo_gate::uniform_of(h);
-        switch (j.elem) {
-        case ELEM_F16: reinterpret_cast<__half*>(j.ptr)[i] = __float2half_rn(x); break;
-        case ELEM_BF16: reinterpret_cast<__nv_bfloat16*>(j.ptr)[i] = __float2bfloat16_rn(x); break;
-        case ELEM_F32: reinterpret_cast<float*>(j.ptr)[i] = x; break;
-        case ELEM_E4M3:
-            reinterpret_cast<unsigned char*>(j.ptr)[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-            break;
-        default: reinterpret_cast<unsigned char*>(j.ptr)[i] = static_cast<unsigned char>(h >> 56); break;
+        float x;
+        switch (j.kind) {
+        case 0: x = evo_gate::normal_of(h) * j.a; break;
+        case 1: x = j.a + (j.b - j.a) * evo_gate::uniform_of(h); break;
+        case 2: x = 0.0f; break;
+        case 3: x = i % j.cols == evo_gate::mix(j.seed ^ evo_gate::mix(i / j.cols)) % j.cols ? 1.0f : 0.0f; break;
+        default: x = evo_gate::attention_rows(j, i); break;
         }
+        evo_gate::store(reinterpret_cast<void*>(j.ptr), j.elem, evo_gate::offset_of(j.layout, i), x, h);
     }
 }
 
-// What a comparison found (gpu_checks.rs: CompareStats, 48 bytes). The host zeroes it, with
-// first_bad = ~0, before the two passes.
-struct CompareStats {
-    unsigned long long not_finite, bad, first_bad;
-    double err2, ref2;
-    unsigned int max_abs_bits, max_ref_bits;  // non-negative floats compare as integers
+// The `size`-byte pattern (the low bytes of `pattern`) written at each of the n logical elements
+// of a layout (rank 0: every element slot of a buffer): NaN poison, or NaN over an output's
+// elements so only its padding is left to compare.
+struct PatternJob {
+    unsigned long long ptr, n;
+    unsigned int pattern;
+    int size;
+    evo_gate::Strided layout;
 };
 
-// One output of n elements of type elem against its float32 reference (same logical order).
+extern "C" __global__ void evo_pattern(const PatternJob* jobs) {
+    const PatternJob& j = jobs[blockIdx.y];
+    unsigned char* p = reinterpret_cast<unsigned char*>(j.ptr);
+    for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride()) {
+        const unsigned long long at = evo_gate::offset_of(j.layout, i) * j.size;
+        for (int b = 0; b < j.size; ++b) p[at + b] = static_cast<unsigned char>(j.pattern >> (8 * b));
+    }
+}
+
+// What a comparison found (gpu_checks.rs: STATS, 64 bytes). The host zeroes it, with first_bad
+// = ~0, before the two passes.
+struct CompareStats {
+    unsigned long long not_finite, bad, first_bad, ref_not_finite;
+    double err2, ref2;
+    unsigned long long max_abs_bits;  // a non-negative double: compares as an integer
+    unsigned int max_ref_bits;        // a non-negative float, likewise
+    unsigned int unused;
+};
+
+// One output of n logical elements of type elem at got (laid out by `layout`) against its
+// float32 reference (contiguous, logical order). Arithmetic in double, as compare.rs's.
 struct CompareJob {
     unsigned long long got, ref, n, stats;
-    int elem, pad;
-    float rtol, atol_of_max, atol_floor, unused;
+    int elem, unused;
+    double rtol, atol_of_max, atol_floor;
+    evo_gate::Strided layout;
 };
 
-// Pass 1: max |ref| of every job (the tolerance's atol is relative to it).
+// Pass 1: max |ref| of every job (the tolerance's atol is relative to it) and the reference's
+// non-finite elements (a reference that is not finite checks nothing).
 extern "C" __global__ void evo_absmax(const CompareJob* jobs) {
-    const CompareJob j = jobs[blockIdx.y];
+    const CompareJob& j = jobs[blockIdx.y];
     const float* ref = reinterpret_cast<const float*>(j.ref);
     CompareStats* st = reinterpret_cast<CompareStats*>(j.stats);
     float m = 0.0f;
-    for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride())
-        m = fmaxf(m, fabsf(ref[i]));
+    unsigned long long not_finite = 0;
+    for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride()) {
+        const float r = ref[i];
+        if (isfinite(r)) m = fmaxf(m, fabsf(r));
+        else ++not_finite;
+    }
     for (int off = 16; off > 0; off /= 2)
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     if ((threadIdx.x & 31) == 0)
         atomicMax(&st->max_ref_bits, __float_as_uint(m));
+    if (not_finite) atomicAdd(&st->ref_not_finite, not_finite);
 }
 
-// Pass 2: an element is bad when it is NaN or Inf, or |got - ref| > atol_floor +
-// atol_of_max * max|ref| + rtol * |ref| (compare.rs's rule); the L2 sums give the relative
+// Pass 2: an element is bad when it is NaN or Inf, or |got - ref| > atol_floor + atol_of_max *
+// max|ref| + rtol * |ref| (compare.rs's rule, in double as there); the L2 sums give the relative
 // error.
 extern "C" __global__ void evo_compare(const CompareJob* jobs) {
-    const CompareJob j = jobs[blockIdx.y];
+    const CompareJob& j = jobs[blockIdx.y];
     const float* ref = reinterpret_cast<const float*>(j.ref);
     CompareStats* st = reinterpret_cast<CompareStats*>(j.stats);
-    const float atol = j.atol_floor + j.atol_of_max * __uint_as_float(st->max_ref_bits);
+    const double atol = j.atol_floor + j.atol_of_max * double(__uint_as_float(st->max_ref_bits));
     unsigned long long not_finite = 0, bad = 0, first = ~0ull;
-    double err2 = 0.0, ref2 = 0.0;
-    float max_abs = 0.0f;
+    double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
     for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride()) {
-        const float g = evo_gate::load(reinterpret_cast<const void*>(j.got), j.elem, i);
-        const float r = ref[i];
+        const float g = evo_gate::load(reinterpret_cast<const void*>(j.got), j.elem, evo_gate::offset_of(j.layout, i));
+        const double r = ref[i];
         bool is_bad;
         if (!isfinite(g)) {
             ++not_finite;
             is_bad = true;
         } else {
-            const float e = fabsf(g - r);
-            max_abs = fmaxf(max_abs, e);
-            err2 += double(e) * double(e);
-            is_bad = e > atol + j.rtol * fabsf(r);
+            const double e = fabs(double(g) - r);
+            max_abs = fmax(max_abs, e);
+            err2 += e * e;
+            is_bad = e > atol + j.rtol * fabs(r);
         }
-        ref2 += double(r) * double(r);
+        ref2 += r * r;
         if (is_bad) {
             ++bad;
             first = first < i ? first : i;
@@ -145,27 +233,30 @@ extern "C" __global__ void evo_compare(const CompareJob* jobs) {
     }
     if (err2 != 0.0) atomicAdd(&st->err2, err2);
     if (ref2 != 0.0) atomicAdd(&st->ref2, ref2);
-    if (max_abs != 0.0f) atomicMax(&st->max_abs_bits, __float_as_uint(max_abs));
+    if (max_abs != 0.0) atomicMax(&st->max_abs_bits, static_cast<unsigned long long>(__double_as_longlong(max_abs)));
 }
 
-// Bytes of region a that differ from b; b of pattern_len > 0 bytes is a pattern repeated
-// (guard regions), else a region as long as a. out: {count, first differing byte (~0 if
-// none)}, zeroed by the host with first = ~0.
+// Units of `unit` bytes of region a (n bytes) that differ from b; b of pattern_len > 0 bytes
+// is a pattern repeated (guard regions, padding), else a region as long as a. out: {count,
+// first differing unit (~0 if none)}, zeroed by the host with first = ~0.
 struct DifferJob {
-    unsigned long long a, b, n, pattern_len, out;
+    unsigned long long a, b, n, pattern_len, out, unit;
 };
 
 extern "C" __global__ void evo_differ(const DifferJob* jobs) {
-    const DifferJob j = jobs[blockIdx.y];
+    const DifferJob& j = jobs[blockIdx.y];
     const unsigned char* a = reinterpret_cast<const unsigned char*>(j.a);
     const unsigned char* b = reinterpret_cast<const unsigned char*>(j.b);
     unsigned long long* out = reinterpret_cast<unsigned long long*>(j.out);
+    const unsigned long long unit = j.unit ? j.unit : 1, units = j.n / unit;
     unsigned long long count = 0, first = ~0ull;
-    for (unsigned long long i = evo_gate::global_index(); i < j.n; i += evo_gate::global_stride()) {
-        const unsigned char want = j.pattern_len ? b[i % j.pattern_len] : b[i];
-        if (a[i] != want) {
+    for (unsigned long long u = evo_gate::global_index(); u < units; u += evo_gate::global_stride()) {
+        bool differs = false;
+        for (unsigned long long i = u * unit; i < (u + 1) * unit; ++i)
+            differs |= a[i] != (j.pattern_len ? b[i % j.pattern_len] : b[i]);
+        if (differs) {
             ++count;
-            first = first < i ? first : i;
+            first = first < u ? first : u;
         }
     }
     if (count) {

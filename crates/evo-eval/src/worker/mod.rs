@@ -49,6 +49,15 @@ impl From<CudaError> for Stop {
     }
 }
 
+impl From<gpu_checks::GateError> for Stop {
+    fn from(e: gpu_checks::GateError) -> Self {
+        match e {
+            gpu_checks::GateError::Cuda(e) => Stop::Cuda(e),
+            gpu_checks::GateError::Job(why) => Stop::Setup(why),
+        }
+    }
+}
+
 /// Serves requests until `Shutdown`, end of input, or a sticky CUDA error.
 pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
     let gpu = match Gpu::open(ordinal) {
@@ -134,8 +143,17 @@ struct Stages(std::cell::RefCell<std::collections::BTreeMap<String, f64>>);
 impl Stages {
     /// Adds the time since `since` to `stage`.
     fn add(&self, stage: &str, since: Instant) {
-        *self.0.borrow_mut().entry(stage.to_string()).or_default() +=
-            since.elapsed().as_secs_f64() * 1e3;
+        self.add_ms(stage, since.elapsed().as_secs_f64() * 1e3);
+    }
+
+    fn add_ms(&self, stage: &str, ms: f64) {
+        *self.0.borrow_mut().entry(stage.to_string()).or_default() += ms;
+    }
+
+    /// The time counted so far against `stages`.
+    fn sum_of(&self, stages: &[&str]) -> f64 {
+        let map = self.0.borrow();
+        stages.iter().filter_map(|s| map.get(*s)).sum()
     }
 
     /// Counts the time until the returned timer is dropped against `stage`.
@@ -248,6 +266,7 @@ impl Worker {
     fn run_job(&mut self, job: &Job, result: &mut JobResult) -> Result<(), Stop> {
         let problem = evo_kernels::problem(&job.problem)
             .ok_or_else(|| Stop::Setup(format!("unknown problem `{}`", job.problem)))?;
+        let load = Instant::now();
         let module = self.gpu.load_module(&job.cubin.0)?;
         let mut functions = Vec::new();
         for name in &job.kernels {
@@ -285,6 +304,7 @@ impl Worker {
             }
             functions.push(f);
         }
+        self.stages.add("load", load);
         let checks = Instant::now();
         for shape in &job.shapes {
             let began = Instant::now();
@@ -377,6 +397,14 @@ impl Worker {
             self.gate = Some(gpu_checks::GateKernels::load(&self.gpu, &cubin)?);
         }
         Ok(self.gate.as_ref().expect("set above"))
+    }
+
+    /// The check kernels, once [`Worker::gate_kernels`] has loaded them (at the start of
+    /// every check).
+    fn gate(&self) -> &gpu_checks::GateKernels {
+        self.gate
+            .as_ref()
+            .expect("gate kernels are loaded before any check")
     }
 
     /// Launches a reference kernel with inputs at `inputs` and its float32 output at

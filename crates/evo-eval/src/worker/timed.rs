@@ -14,11 +14,11 @@ use evo_kernels::harness::{Call, ElemType, Tolerance};
 use evo_kernels::Problem;
 use rand::{Rng, SeedableRng};
 
-use super::buffers::CallBuffers;
+use super::buffers::{changed_guard, CallBuffers};
 use super::gpu_checks::{CompareJob, DifferJob, FillJob};
 use super::trials::shape_seed;
 use super::{argument_lists, describe, launch_sequence, Stop, Worker};
-use crate::compare::{self, GUARD_BYTE};
+use crate::compare;
 use crate::protocol::{CheckFailure, Job, ShapeJob, TimingPlan, TimingReport};
 use crate::timing;
 
@@ -73,6 +73,10 @@ pub fn measure<E: From<CudaError>>(
     }
     Ok(samples)
 }
+
+/// Device memory for checking timed sets at once (their references and regenerated
+/// inputs): a few sets of a large shape, all sets of a small one.
+const CHECK_BYTES: usize = 1 << 30;
 
 /// The seed of input `tensor` of set `set` at replay `replay` of a job's shape.
 fn content_seed(shape: u64, replay: usize, set: usize, tensor: usize) -> u64 {
@@ -155,14 +159,25 @@ impl Worker {
         let gate = self.gate.as_ref().expect("loaded above");
         let gpu = &self.gpu;
         let stages = &self.stages;
-        let ref_out = gpu.alloc(out_spec.len * 4)?;
-        // One set's inputs regenerated after a replay, to prove the kernel left them alone.
-        let regenerated = in_specs
-            .iter()
-            .map(|t| gpu.alloc(t.len * t.elem.size()))
+        // Room to check `slots` sets at once: per set a reference output and its inputs
+        // regenerated (to prove the kernel left them alone), within CHECK_BYTES.
+        let slot_bytes = out_spec.len * 4
+            + in_specs
+                .iter()
+                .map(|t| t.len * t.elem.size())
+                .sum::<usize>();
+        let slots = (CHECK_BYTES / slot_bytes.max(1)).clamp(1, sets.len());
+        let ref_outs = (0..slots)
+            .map(|_| gpu.alloc(out_spec.len * 4))
             .collect::<Result<Vec<_>, _>>()?;
-        let pattern = gpu.alloc(guard.max(1))?;
-        gpu.memset_u8(&pattern, GUARD_BYTE)?;
+        let regenerated = (0..slots)
+            .map(|_| {
+                in_specs
+                    .iter()
+                    .map(|t| gpu.alloc(t.len * t.elem.size()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let flush = gpu.alloc(2 * l2.max(1))?;
         let shape_key = shape_seed(job.correctness.seeds.first().copied().unwrap_or(0), vars);
         let mut pick = rand_chacha::ChaCha8Rng::seed_from_u64(shape_key ^ 0x7173);
@@ -170,109 +185,111 @@ impl Worker {
             in_specs
                 .iter()
                 .enumerate()
-                .map(|(t, spec)| FillJob {
-                    ptr: ptrs[t],
-                    n: spec.len as u64,
-                    seed: content_seed(shape_key, replay, set, t),
-                    elem: spec.elem,
-                    fill: problem.random_fill(vars, t),
+                .map(|(t, spec)| {
+                    FillJob::counter(
+                        ptrs[t],
+                        spec.len as u64,
+                        spec.elem,
+                        content_seed(shape_key, replay, set, t),
+                        problem.random_fill(vars, t),
+                    )
                 })
                 .collect()
         };
         let set_inputs =
             |s: &CallBuffers| -> Vec<u64> { s.inputs.iter().map(|b| b.ptr()).collect() };
-        // Checks one set after `replay`: output against the reference of its contents,
-        // inputs against a regenerated copy.
-        let check_set =
-            |replay: usize, set: usize| -> Result<Option<CheckFailure>, Stop> {
-                let s = &sets[set];
-                let ptrs = set_inputs(s);
-                let bind = super::bind_args(
-                    &reference.args,
-                    &super::CallPointers {
-                        inputs: &ptrs,
-                        output: ref_out.ptr(),
-                        scratch: &[],
-                    },
-                )
-                .map_err(Stop::Setup)?;
+        // Checks sets after `replay`, `slots` at a time: each output against the reference
+        // of its contents, each set's inputs against a regenerated copy; the first failure
+        // in set order.
+        let check_sets = |replay: usize, which: &[usize]| -> Result<Option<CheckFailure>, Stop> {
+            for chunk in which.chunks(slots) {
                 let (_, f) = &self.references[&reference.entry];
-                gpu.launch(f, &reference.launch, &bind)?;
-                let stats = gate.compare(
-                    gpu,
-                    &[CompareJob {
-                        got: s.output.ptr(),
-                        reference: ref_out.ptr(),
+                for (slot, &set) in chunk.iter().enumerate() {
+                    let bind = super::bind_args(
+                        &reference.args,
+                        &super::CallPointers {
+                            inputs: &set_inputs(&sets[set]),
+                            output: ref_outs[slot].ptr(),
+                            scratch: &[],
+                        },
+                    )
+                    .map_err(Stop::Setup)?;
+                    gpu.launch(f, &reference.launch, &bind)?;
+                }
+                let compares: Vec<CompareJob> = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(slot, &set)| CompareJob {
+                        got: sets[set].output.ptr(),
+                        reference: ref_outs[slot].ptr(),
                         n: out_spec.len as u64,
                         elem: out_spec.elem,
                         tolerance: tol,
-                    }],
-                )?;
-                let mut failure = compare::verdict(&stats[0], &tol);
-                if failure.is_none() {
-                    let copies: Vec<u64> = regenerated.iter().map(|b| b.ptr()).collect();
-                    gate.fill(gpu, &fills(replay, set, &copies))?;
-                    let jobs: Vec<DifferJob> = s
-                        .inputs
-                        .iter()
-                        .zip(&regenerated)
-                        .map(|(b, r)| DifferJob {
-                            a: b.ptr(),
-                            b: r.ptr(),
-                            n: b.len() as u64,
-                            pattern: None,
-                        })
-                        .collect();
-                    let diffs = gate.differ(gpu, &jobs)?;
-                    failure = diffs.iter().position(|d| d.count > 0).map(|i| {
-                        CheckFailure::InputModified {
-                            input: s.names[i].clone(),
-                        }
-                    });
-                }
-                Ok(failure.map(|f| CheckFailure::Timed {
-                    replay: replay as u32,
-                    set: set as u32,
-                    failure: Box::new(f),
-                }))
-            };
-        // Every guard region of every set, in one pass.
-        let guards = || -> Result<Option<CheckFailure>, Stop> {
-            let regions: Vec<(u64, usize, &str)> = sets
-                .iter()
-                .flat_map(|s| {
-                    s.all().flat_map(|(b, name)| {
-                        b.guard_regions()
-                            .into_iter()
-                            .map(move |(a, n)| (a, n, name))
+                        layout: None,
                     })
-                })
-                .filter(|(_, n, _)| *n > 0)
-                .collect();
-            let jobs: Vec<DifferJob> = regions
-                .iter()
-                .map(|(a, n, _)| DifferJob {
-                    a: *a,
-                    b: pattern.ptr(),
-                    n: *n as u64,
-                    pattern: Some(guard as u64),
-                })
-                .collect();
-            let diffs = gate.differ(gpu, &jobs)?;
-            Ok(diffs
-                .iter()
-                .zip(&regions)
-                .enumerate()
-                .find(|(_, (d, _))| d.count > 0)
-                .map(|(i, (d, (_, _, name)))| CheckFailure::Guard {
-                    buffer: name.to_string(),
-                    before: i % 2 == 0,
-                    offset: d.first as usize,
-                }))
+                    .collect();
+                let compared = gate.compare(gpu, &compares)?;
+                let regen: Vec<FillJob> = chunk
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(slot, &set)| {
+                        let copies: Vec<u64> = regenerated[slot].iter().map(|b| b.ptr()).collect();
+                        fills(replay, set, &copies)
+                    })
+                    .collect();
+                gate.fill(gpu, &regen)?;
+                let differs: Vec<DifferJob> = chunk
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(slot, &set)| {
+                        sets[set]
+                            .inputs
+                            .iter()
+                            .zip(&regenerated[slot])
+                            .map(|(b, r)| DifferJob::bytes(b.ptr(), r.ptr(), b.len() as u64))
+                    })
+                    .collect();
+                let diffs = gate.differ(gpu, &differs)?;
+                let inputs = in_specs.len();
+                for (slot, &set) in chunk.iter().enumerate() {
+                    let c = &compared[slot];
+                    if c.reference_not_finite > 0 {
+                        return Err(Stop::Setup(format!(
+                            "the reference output is not finite in {} elements for {} (timed replay {replay})",
+                            c.reference_not_finite,
+                            describe(vars)
+                        )));
+                    }
+                    let failure = compare::verdict(&c.stats, &tol).or_else(|| {
+                        diffs[slot * inputs..(slot + 1) * inputs]
+                            .iter()
+                            .position(|d| d.count > 0)
+                            .map(|i| CheckFailure::InputModified {
+                                input: sets[set].names[i].clone(),
+                            })
+                    });
+                    if let Some(f) = failure {
+                        return Ok(Some(CheckFailure::Timed {
+                            replay: replay as u32,
+                            set: set as u32,
+                            failure: Box::new(f),
+                        }));
+                    }
+                }
+            }
+            Ok(None)
         };
+        // Every guard region of every set, in one pass.
+        let all_sets: Vec<&CallBuffers> = sets.iter().collect();
+        let guards =
+            || -> Result<Option<CheckFailure>, Stop> { Ok(changed_guard(gpu, gate, &all_sets)?) };
         stages.add("timing_setup", setup);
         let mut verified = 0u32;
         let mut last_replay = 0usize;
+        // The replays themselves (warm-up, capture, timed launches): the measurement's
+        // time less its fills and checks, which count as their own stages.
+        let inner = ["timing_fill", "timing_verify"];
+        let (inner_before, replays) = (stages.sum_of(&inner), Instant::now());
         let samples = measure(
             gpu,
             plan,
@@ -297,20 +314,23 @@ impl Worker {
             |_, replay| -> Result<(), Stop> {
                 let _t = stages.timer("timing_verify");
                 let set = pick.random_range(0..sets.len());
-                if let Some(f) = check_set(replay, set)?.or(guards()?) {
+                if let Some(f) = check_sets(replay, &[set])?.or(guards()?) {
                     return Err(Stop::Check(format!("{}: {f}", describe(vars))));
                 }
                 verified += 1;
                 Ok(())
             },
         )?;
+        self.stages.add_ms(
+            "timing_replays",
+            replays.elapsed().as_secs_f64() * 1e3 - (self.stages.sum_of(&inner) - inner_before),
+        );
         let _t = self.stages.timer("timing_verify_all");
-        for set in 0..sets.len() {
-            if let Some(f) = check_set(last_replay, set)? {
-                return Err(Stop::Check(format!("{}: {f}", describe(vars))));
-            }
-            verified += 1;
+        let every: Vec<usize> = (0..sets.len()).collect();
+        if let Some(f) = check_sets(last_replay, &every)? {
+            return Err(Stop::Check(format!("{}: {f}", describe(vars))));
         }
+        verified += sets.len() as u32;
         let (median, p20, p80) = timing::summary(&samples);
         let info = &gpu.info;
         let floor = timing::roofline_floor_us(

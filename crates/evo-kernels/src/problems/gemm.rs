@@ -5,8 +5,8 @@ use rand::Rng;
 
 use super::{half_precision_tolerance, DTYPES};
 use crate::harness::{
-    dtype, int, one_hot_rows, rng, seeded_values, ArgSlot, Call, ElemType, HostTensor, InputKind,
-    Layout, ReferenceKernel, TensorSpec, Tolerance,
+    dtype, int, rng, seeded_values, tensor_seed, ArgSlot, Call, ElemType, Fill, HostTensor,
+    InputFill, InputKind, Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -157,21 +157,13 @@ impl Problem for Gemm {
         ]
     }
 
-    fn generate(&self, s: &Vars, _: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
+    fn generate(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Vec<HostTensor> {
         let (m, n, k) = mnk(s);
         let elem = dtype(s);
-        let uniform = |t: usize, len: usize, lo: f32, hi: f32| -> Vec<f32> {
-            seeded_values(seed, t, len, |r, chunk| {
-                chunk.iter_mut().for_each(|x| *x = r.random_range(lo..hi))
-            })
-        };
-        let (a, b) = match kind {
-            InputKind::Random | InputKind::Rows => {
-                (uniform(0, m * k, -1.0, 1.0), uniform(1, n * k, -1.0, 1.0))
-            }
-            InputKind::Zeros => (vec![0.0; m * k], vec![0.0; n * k]),
-            InputKind::Large => {
-                // |C| <= k * L^2 stays under the fp16 maximum (65504).
+        let (a, b) = match self.input_fills(s, call, kind, seed) {
+            Some(fills) => (fills[0].values(m * k), fills[1].values(n * k)),
+            None => {
+                // Large: |C| <= k * L^2 stays under the fp16 maximum (65504).
                 let l = (60000.0 / k as f32).sqrt();
                 let signed = |t: usize, len: usize| -> Vec<f32> {
                     seeded_values(seed, t, len, |r, chunk| {
@@ -183,15 +175,38 @@ impl Problem for Gemm {
                 };
                 (signed(0, m * k), signed(1, n * k))
             }
-            InputKind::OneHot => (
-                one_hot_rows(&mut rng(seed, 0), m, k),
-                uniform(1, n * k, -1.0, 1.0),
-            ),
         };
         vec![
             HostTensor::from_f32(elem, &a),
             HostTensor::from_f32(elem, &b),
         ]
+    }
+
+    fn input_fills(
+        &self,
+        s: &Vars,
+        _: &Call,
+        kind: InputKind,
+        seed: u64,
+    ) -> Option<Vec<InputFill>> {
+        let (_, _, k) = mnk(s);
+        let uniform = |t: usize| InputFill::Counter {
+            seed: tensor_seed(seed, t),
+            fill: Fill::Uniform(-1.0, 1.0),
+        };
+        match kind {
+            InputKind::Random | InputKind::Rows => Some(vec![uniform(0), uniform(1)]),
+            InputKind::Zeros => Some(vec![InputFill::Zeros, InputFill::Zeros]),
+            // One-hot rows of A: each output element names the element of B it read.
+            InputKind::OneHot => Some(vec![
+                InputFill::OneHot {
+                    seed: tensor_seed(seed, 0),
+                    cols: k,
+                },
+                uniform(1),
+            ]),
+            InputKind::Large => None,
+        }
     }
 
     fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {

@@ -9,6 +9,7 @@ mod sdpa_fp8_e2e;
 
 pub use fp8_quantize::Fp8Quantize;
 pub use gemm::Gemm;
+pub(crate) use sdpa::rows_value;
 pub use sdpa::Sdpa;
 pub use sdpa_fp8::SdpaFp8;
 pub use sdpa_fp8_e2e::SdpaFp8E2e;

@@ -7,10 +7,13 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::Rng;
 
 use crate::harness::{
-    dtype, int, normal_values, one_hot_rows, rng, ArgSlot, Call, ElemType, HostTensor, InputKind,
-    Layout, ReferenceKernel, TensorSpec, Tolerance,
+    counter_value, dtype, int, mix, one_hot_column, rng, tensor_seed, ArgSlot, Call, ElemType,
+    Fill, HostTensor, InputFill, InputKind, Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
+
+/// Query rows per block of `sdpa_reference.cu` (its `TILE_ROWS`).
+const REFERENCE_TILE_ROWS: usize = 64;
 
 /// Attention forward, `O = softmax(scale · Q·Kᵀ (+ causal mask)) · V`, FlashAttention
 /// style: the first real problem evo searches.
@@ -184,6 +187,16 @@ impl Problem for Sdpa {
             .collect()
     }
 
+    fn input_fills(
+        &self,
+        s: &Vars,
+        call: &Call,
+        kind: InputKind,
+        seed: u64,
+    ) -> Option<Vec<InputFill>> {
+        Some(attention_fills(&Dims::of(s), call.scalars[0], kind, seed).to_vec())
+    }
+
     fn reference(&self, s: &Vars, call: &Call) -> Option<ReferenceKernel> {
         let d = Dims::of(s);
         let suffix = if dtype(s) == ElemType::Bf16 {
@@ -195,9 +208,10 @@ impl Problem for Sdpa {
         let mut args = self.call_args(s, &d.with_contiguous_output(call));
         args.push(ArgSlot::I32(d.head_dim as i32));
         args.push(ArgSlot::I32(d.causal as i32));
-        // One block of 256 threads per tile of 16 query rows of one (batch, head) (the kernel
+        // One block of 256 threads per tile of REFERENCE_TILE_ROWS query rows of one (batch, head) (the kernel
         // loops if there are more tiles than blocks; sdpa_reference.cu's header).
-        let tiles = (d.batch * d.heads * d.seq_q.div_ceil(16)).min(i32::MAX as usize) as u32;
+        let tiles = (d.batch * d.heads * d.seq_q.div_ceil(REFERENCE_TILE_ROWS))
+            .min(i32::MAX as usize) as u32;
         Some(ReferenceKernel {
             source: include_str!("sdpa_reference.cu"),
             entry: format!("sdpa_reference_{suffix}"),
@@ -319,26 +333,43 @@ fn strided(dims: &[usize], order: [usize; 3], pad: [usize; 3]) -> Layout {
 /// The logical q, k, v of an attention trial (f32 before rounding to the input type).
 /// `scale` is the call's softmax scale, which the adversarial rows aim for.
 pub(crate) fn attention_inputs(d: &Dims, scale: f32, kind: InputKind, seed: u64) -> [Vec<f32>; 3] {
-    let lens = [
-        d.batch * d.heads * d.seq_q * d.head_dim,
-        d.batch * d.heads * d.seq_kv * d.head_dim,
-        d.batch * d.heads * d.seq_kv * d.head_dim,
-    ];
-    let rows = |t: usize| lens[t] / d.head_dim;
-    let make = |t: usize| match kind {
-        InputKind::Random | InputKind::Rows => normal_values(seed, t, lens[t], 1.0),
-        InputKind::Zeros => vec![0.0; lens[t]],
-        // Logits spread over hundreds: softmax must subtract the row max.
-        InputKind::Large => normal_values(seed, t, lens[t], 8.0),
-        // One-hot rows of q, k and v: scores are 0 or 1 and each output row names the
-        // keys it averaged.
-        InputKind::OneHot => one_hot_rows(&mut rng(seed, t), rows(t), d.head_dim),
-    };
-    let mut qkv = [make(0), make(1), make(2)];
-    if kind == InputKind::Rows {
-        adversarial_rows(d, scale, seed, &mut qkv);
-    }
-    qkv
+    let lens = d.input_lens();
+    let fills = attention_fills(d, scale, kind, seed);
+    std::array::from_fn(|t| fills[t].values(lens[t]))
+}
+
+/// q, k and v of a trial of `kind` (`scale`: the call's softmax scale, which `Rows` aims
+/// for), each a function of the element index.
+fn attention_fills(d: &Dims, scale: f32, kind: InputKind, seed: u64) -> [InputFill; 3] {
+    std::array::from_fn(|t| {
+        let trial_seed = seed;
+        let seed = tensor_seed(seed, t);
+        match kind {
+            InputKind::Rows => InputFill::AttentionRows {
+                seed: trial_seed,
+                tensor: t,
+                seq: if t == 0 { d.seq_q } else { d.seq_kv },
+                head_dim: d.head_dim,
+                very_negative: 75.0 / scale.max(1e-3),
+            },
+            InputKind::Random => InputFill::Counter {
+                seed,
+                fill: Fill::Normal(1.0),
+            },
+            InputKind::Zeros => InputFill::Zeros,
+            // Logits spread over hundreds: softmax must subtract the row max.
+            InputKind::Large => InputFill::Counter {
+                seed,
+                fill: Fill::Normal(8.0),
+            },
+            // One-hot rows of q, k and v: scores are 0 or 1 and each output row names the
+            // keys it averaged.
+            InputKind::OneHot => InputFill::OneHot {
+                seed,
+                cols: d.head_dim,
+            },
+        }
+    })
 }
 
 /// What `InputKind::Rows` plants in a head of an attention trial, among normal ones.
@@ -361,61 +392,76 @@ enum HeadCase {
     VeryNegative,
 }
 
-/// Adversarial heads and rows among normal ones; in every head but the one-hot ones,
-/// about one query row in eight is all zero (its output is the mean of the visible v rows,
-/// not zero).
-fn adversarial_rows(d: &Dims, scale: f32, seed: u64, qkv: &mut [Vec<f32>; 3]) {
+/// The head cases of `InputKind::Rows`, in the order the first heads of a trial take them.
+const CASES: [HeadCase; 6] = {
     use HeadCase::*;
-    const CASES: [HeadCase; 6] = [Normal, ZeroKeys, IdenticalKeys, Large, OneHot, VeryNegative];
-    let hd = d.head_dim;
-    let mut r = rng(seed, 0x0a0d);
-    let [q, k, v] = qkv;
-    for bh in 0..d.batch * d.heads {
-        // Every case appears in the first heads of a trial; later heads draw one.
-        let case = if bh < CASES.len() {
-            CASES[(bh + seed as usize) % CASES.len()]
-        } else {
-            CASES[r.random_range(0..CASES.len())]
-        };
-        let q_head = &mut q[bh * d.seq_q * hd..(bh + 1) * d.seq_q * hd];
-        let k_head = &mut k[bh * d.seq_kv * hd..(bh + 1) * d.seq_kv * hd];
-        let v_head = &mut v[bh * d.seq_kv * hd..(bh + 1) * d.seq_kv * hd];
-        match case {
-            Normal => {}
-            ZeroKeys => k_head.fill(0.0),
-            IdenticalKeys => {
-                let first = k_head[..hd].to_vec();
-                k_head
-                    .chunks_mut(hd)
-                    .for_each(|row| row.copy_from_slice(&first));
-            }
-            Large => v_head.iter_mut().for_each(|x| *x *= 16.0),
-            OneHot => {
-                for head in [&mut *q_head, &mut *k_head, &mut *v_head] {
-                    let n = head.len() / hd;
-                    head.copy_from_slice(&one_hot_rows(&mut r, n, hd));
-                }
-            }
-            VeryNegative => {
-                // Every key has 4 in dim 0; a query row (-c, 0, ...) scores
-                // -c * scale * 4 = -300 against each.
-                let c = 75.0 / scale.max(1e-3);
-                for row in k_head.chunks_mut(hd) {
-                    row[0] = 4.0;
-                }
-                for row in q_head.chunks_mut(hd) {
-                    row.fill(0.0);
-                    row[0] = -c;
-                }
+    [Normal, ZeroKeys, IdenticalKeys, Large, OneHot, VeryNegative]
+};
+
+/// Generator keys of `InputKind::Rows` (with [`tensor_seed`]): the case of a later head, the
+/// one-hot rows, the zero query rows.
+const CASE_KEY: usize = 0x0a0d;
+const ONE_HOT_KEY: u64 = 0x0e0e;
+const ZERO_ROW_KEY: usize = 0x0a0e;
+
+/// The case of head `bh` (batch * heads + head) of a `Rows` trial: every case in the first
+/// heads, a drawn one in later heads.
+fn head_case(seed: u64, bh: u64) -> HeadCase {
+    let n = CASES.len() as u64;
+    let pick = if bh < n {
+        bh.wrapping_add(seed) % n
+    } else {
+        mix(tensor_seed(seed, CASE_KEY) ^ mix(bh)) % n
+    };
+    CASES[pick as usize]
+}
+
+/// Element `i` (logical, contiguous) of input `tensor` (0 q, 1 k, 2 v; `seq` rows per head)
+/// of an `InputKind::Rows` trial: the `Random` inputs with adversarial heads planted among
+/// normal ones, and in every head but the one-hot ones about one query row in eight all
+/// zero (its output is the mean of the visible v rows, not zero). `very_negative` is the
+/// query value that makes a `VeryNegative` row score -300 (75 / softmax scale). A function
+/// of the index alone, so the worker writes it on the GPU (`gate_kernels.cu`,
+/// `attention_rows`).
+pub(crate) fn rows_value(
+    seed: u64,
+    tensor: usize,
+    seq: usize,
+    head_dim: usize,
+    very_negative: f32,
+    i: u64,
+) -> f32 {
+    use HeadCase::*;
+    let hd = head_dim.max(1) as u64;
+    let (row, col) = (i / hd, i % hd);
+    let bh = row / seq.max(1) as u64;
+    let base = |at: u64| counter_value(tensor_seed(seed, tensor), at, Fill::Normal(1.0));
+    let case = head_case(seed, bh);
+    let x = match (case, tensor) {
+        (ZeroKeys, 1) => 0.0,
+        // Every key row the head's first.
+        (IdenticalKeys, 1) => base(bh * seq as u64 * hd + col),
+        (Large, 2) => base(i) * 16.0,
+        (OneHot, _) => {
+            let hot = one_hot_column(tensor_seed(seed ^ ONE_HOT_KEY, tensor), row, hd as usize);
+            if col == hot {
+                1.0
+            } else {
+                0.0
             }
         }
-        if case != OneHot {
-            for row in q_head.chunks_mut(hd) {
-                if r.random_range(0..8) == 0 {
-                    row.fill(0.0);
-                }
-            }
-        }
+        // Every key has 4 in dim 0; a query row (-c, 0, ...) scores -c * scale * 4 = -300
+        // against each.
+        (VeryNegative, 1) if col == 0 => 4.0,
+        (VeryNegative, 0) if col == 0 => -very_negative,
+        (VeryNegative, 0) => 0.0,
+        _ => base(i),
+    };
+    let zero_row = mix(tensor_seed(seed, ZERO_ROW_KEY) ^ mix(row)).is_multiple_of(8);
+    if tensor == 0 && case != OneHot && zero_row {
+        0.0
+    } else {
+        x
     }
 }
 
@@ -491,6 +537,12 @@ impl Dims {
         } else {
             self.seq_kv
         }
+    }
+
+    /// Elements of q, k and v.
+    pub fn input_lens(&self) -> [usize; 3] {
+        let kv = self.batch * self.heads * self.seq_kv * self.head_dim;
+        [self.batch * self.heads * self.seq_q * self.head_dim, kv, kv]
     }
 
     /// PyTorch's default scale, 1/sqrt(head_dim).

@@ -11,10 +11,16 @@
 // key j visible to query i iff j <= i, top-left aligned, also when seq_q != seq_kv).
 // Element (b, h, s, d) of X is X[b*X_batch_stride + h*X_head_stride + s*X_seq_stride + d].
 //
-// Work split (for speed only; every row is computed the same way): a block takes a tile of
-// TILE_ROWS consecutive query rows of one (batch, head) and walks the keys in chunks of
-// CHUNK_KEYS, staging the tile's q rows and each K (then V) chunk in shared memory as float32,
-// so every K/V element read from global memory serves TILE_ROWS rows.
+// Every sum runs in one order, the definition's: a score is q·k summed over d = 0, 1, ...; a
+// row's sum of exponentials and each output's sum of p·v run over the keys j = 0, 1, ... So
+// the work split below decides only speed, never a bit of the result.
+//
+// Work split (for speed only): a block takes a tile of TILE_ROWS consecutive query rows of one
+// (batch, head) and walks the keys in chunks of CHUNK_KEYS. Scores of a chunk are a small
+// tiled matrix product: q and k staged in shared memory as float32, D_STEP dimensions at a
+// time, each thread holding a 4 x 4 block of scores (rows ty + 16a, keys tx + 16b). The chunk's
+// probabilities then go through shared memory, and each thread accumulates its 4 rows x
+// head_dim / 16 outputs (dims tx + 16e) over V_STEP keys of V at a time.
 //
 // Launch: any grid, blockDim = (THREADS, 1, 1) = (256, 1, 1), no dynamic shared memory. Blocks
 // take tiles (tile, h, b) in a grid-stride loop over batch * heads * ceil(seq_q / TILE_ROWS)
@@ -41,12 +47,17 @@ struct e4m3 {
 enum : int {
     MAX_HEAD_DIM = 256,
     THREADS = 256,
-    TILE_ROWS = 16,
-    CHUNK_KEYS = 16,
-    // Outputs (row, dim) of a tile per thread: TILE_ROWS * MAX_HEAD_DIM / THREADS.
-    OUTS_PER_THREAD = TILE_ROWS * MAX_HEAD_DIM / THREADS,
+    TILE_ROWS = 64,
+    CHUNK_KEYS = 64,
+    // Dimensions of q and k staged at a time for the scores; keys of V for the outputs.
+    D_STEP = 32,
+    V_STEP = 8,
+    // A thread's rows (ty + 16a), keys (tx + 16b) and output dims (tx + 16e).
+    ROWS_PER_THREAD = TILE_ROWS / 16,
+    KEYS_PER_THREAD = CHUNK_KEYS / 16,
+    DIMS_PER_THREAD = MAX_HEAD_DIM / 16,
 };
-static_assert(TILE_ROWS * CHUNK_KEYS == THREADS, "one score per thread and chunk");
+static_assert(THREADS == 16 * 16, "threads as a 16 x 16 grid");
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -56,40 +67,68 @@ __device__ __forceinline__ float to_float(e4m3 x) {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-// The tile's shared state: q rows (scaled by q's descale), one K or V chunk, the chunk's scores
-// (then probabilities), and per row the max and the sum of exponentials. Rows padded by one
-// float: the CHUNK_KEYS threads of a row read column d of CHUNK_KEYS different kv rows.
+// The tile's shared state. Rows padded by one float so the 16 threads of a row group read 16
+// different banks.
 struct Smem {
-    float q[TILE_ROWS][MAX_HEAD_DIM + 1];
-    float kv[CHUNK_KEYS][MAX_HEAD_DIM + 1];
-    float s[TILE_ROWS][CHUNK_KEYS];
+    float q[TILE_ROWS][D_STEP + 1];   // dims [d0, d0 + D_STEP) of the tile's q rows (descaled)
+    float k[CHUNK_KEYS][D_STEP + 1];  // the same dims of the chunk's keys
+    float v[V_STEP][MAX_HEAD_DIM + 1];
+    float p[TILE_ROWS][CHUNK_KEYS + 1];  // the chunk's scores, then probabilities
     float row_max[TILE_ROWS];
     float row_sum[TILE_ROWS];
 };
 
-// Rows [j0, j0 + n) of X (one (batch, head) slice) into sm.kv as floats, zeros past n.
+// Scaled scores of the tile's rows against keys [j0, j0 + CHUNK_KEYS) into sm.p: -inf where
+// the key is past n_keys, past the row's visible keys, or the row is past seq_q. Each score is
+// one float sum over d in order (the loop over d-steps continues the same accumulator).
 template <typename T>
-__device__ __forceinline__ void load_chunk(Smem& sm, const T* __restrict__ x_bh, long long seq_stride, int head_dim, int j0, int n) {
-    for (int e = threadIdx.x; e < CHUNK_KEYS * head_dim; e += THREADS) {
-        const int c = e / head_dim, d = e % head_dim;
-        sm.kv[c][d] = c < n ? to_float(x_bh[static_cast<long long>(j0 + c) * seq_stride + d]) : 0.0f;
+__device__ void scores(Smem& sm, const T* __restrict__ q_bh, long long q_seq_stride, float qd,
+                       const T* __restrict__ k_bh, long long k_seq_stride, int head_dim, float scale,
+                       int i0, int j0, int n_keys, int seq_q, int causal) {
+    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    float dot[ROWS_PER_THREAD][KEYS_PER_THREAD];
+#pragma unroll
+    for (int a = 0; a < ROWS_PER_THREAD; ++a)
+#pragma unroll
+        for (int b = 0; b < KEYS_PER_THREAD; ++b) dot[a][b] = 0.0f;
+    for (int d0 = 0; d0 < head_dim; d0 += D_STEP) {
+        const int dn = min(D_STEP, head_dim - d0);
+        __syncthreads();  // the previous step (or chunk) is done with sm.q and sm.k
+        for (int e = tid; e < TILE_ROWS * D_STEP; e += THREADS) {
+            const int r = e / D_STEP, d = e % D_STEP;
+            sm.q[r][d] = i0 + r < seq_q && d < dn
+                             ? to_float(q_bh[static_cast<long long>(i0 + r) * q_seq_stride + d0 + d]) * qd
+                             : 0.0f;
+        }
+        for (int e = tid; e < CHUNK_KEYS * D_STEP; e += THREADS) {
+            const int c = e / D_STEP, d = e % D_STEP;
+            sm.k[c][d] = j0 + c < n_keys && d < dn
+                             ? to_float(k_bh[static_cast<long long>(j0 + c) * k_seq_stride + d0 + d])
+                             : 0.0f;
+        }
+        __syncthreads();
+        for (int d = 0; d < dn; ++d) {
+            float qv[ROWS_PER_THREAD], kv[KEYS_PER_THREAD];
+#pragma unroll
+            for (int a = 0; a < ROWS_PER_THREAD; ++a) qv[a] = sm.q[ty + 16 * a][d];
+#pragma unroll
+            for (int b = 0; b < KEYS_PER_THREAD; ++b) kv[b] = sm.k[tx + 16 * b][d];
+#pragma unroll
+            for (int a = 0; a < ROWS_PER_THREAD; ++a)
+#pragma unroll
+                for (int b = 0; b < KEYS_PER_THREAD; ++b) dot[a][b] += qv[a] * kv[b];
+        }
     }
-}
-
-// Thread t's score of the chunk in sm.kv: row r = t / CHUNK_KEYS, key j0 + c with
-// c = t % CHUNK_KEYS, scaled; -inf where the key is past the chunk, past the row's visible keys
-// or the row is past seq_q. Written to sm.s[r][c] and returned.
-__device__ __forceinline__ float score(Smem& sm, int head_dim, float scale, int i0, int j0, int n, int seq_q, int causal) {
-    const int r = threadIdx.x / CHUNK_KEYS, c = threadIdx.x % CHUNK_KEYS;
-    const int i = i0 + r, j = j0 + c;
-    float x = neg_inf();
-    if (c < n && i < seq_q && (!causal || j <= i)) {
-        float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) dot += sm.q[r][d] * sm.kv[c][d];
-        x = scale * dot;
+#pragma unroll
+    for (int a = 0; a < ROWS_PER_THREAD; ++a) {
+#pragma unroll
+        for (int b = 0; b < KEYS_PER_THREAD; ++b) {
+            const int r = ty + 16 * a, c = tx + 16 * b, i = i0 + r, j = j0 + c;
+            const bool visible = j < n_keys && i < seq_q && (!causal || j <= i);
+            sm.p[r][c] = visible ? scale * dot[a][b] : neg_inf();
+        }
     }
-    sm.s[r][c] = x;
-    return x;
+    __syncthreads();
 }
 
 template <typename T>
@@ -104,7 +143,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
     __shared__ Smem sm;
     if (head_dim < 1 || head_dim > MAX_HEAD_DIM) return;
     if (blockDim.x != THREADS || blockDim.y != 1 || blockDim.z != 1) return;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
     const long long tiles_per_head = (seq_q + TILE_ROWS - 1) / TILE_ROWS;
     const long long tiles = static_cast<long long>(batch) * heads * tiles_per_head;
     const long long blocks = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z;
@@ -131,10 +170,6 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
         const int n_keys = causal ? min(last_row + 1, seq_kv) : seq_kv;
 
         __syncthreads();  // the previous tile is done with the shared state
-        for (int e = tid; e < TILE_ROWS * head_dim; e += THREADS) {
-            const int r = e / head_dim, d = e % head_dim;
-            sm.q[r][d] = i0 + r < seq_q ? to_float(q_bh[static_cast<long long>(i0 + r) * q_seq_stride + d]) * qd : 0.0f;
-        }
         if (tid < TILE_ROWS) {
             sm.row_max[tid] = neg_inf();
             sm.row_sum[tid] = 0.0f;
@@ -142,49 +177,57 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
         // Pass 1: each row's max of its visible scaled scores (key 0 is visible to every row).
         for (int j0 = 0; j0 < n_keys; j0 += CHUNK_KEYS) {
-            const int n = min(CHUNK_KEYS, n_keys - j0);
-            __syncthreads();
-            load_chunk(sm, k_bh, k_seq_stride, head_dim, j0, n);
-            __syncthreads();
-            score(sm, head_dim, scale, i0, j0, n, seq_q, causal);
-            __syncthreads();
+            scores(sm, q_bh, q_seq_stride, qd, k_bh, k_seq_stride, head_dim, scale, i0, j0, n_keys, seq_q, causal);
             if (tid < TILE_ROWS) {
                 float m = sm.row_max[tid];
-                for (int c = 0; c < CHUNK_KEYS; ++c) m = fmaxf(m, sm.s[tid][c]);
+                for (int c = 0; c < CHUNK_KEYS; ++c) m = fmaxf(m, sm.p[tid][c]);
                 sm.row_max[tid] = m;
             }
         }
 
-        // Pass 2: p = exp(s - max) per visible key, the row sums, and O += p V for this thread's
-        // outputs (row r = e / head_dim, dim d = e % head_dim for e = tid, tid + THREADS, ...).
-        float acc[OUTS_PER_THREAD];  // (loops over u unrolled: acc stays in registers)
+        // Pass 2: p = exp(s - max) per visible key, the row sums (one thread per row, keys in
+        // order), and O += p V for this thread's outputs (keys in order).
+        float acc[ROWS_PER_THREAD][DIMS_PER_THREAD];  // (loops unrolled: acc stays in registers)
 #pragma unroll
-        for (int u = 0; u < OUTS_PER_THREAD; ++u) acc[u] = 0.0f;
+        for (int a = 0; a < ROWS_PER_THREAD; ++a)
+#pragma unroll
+            for (int e = 0; e < DIMS_PER_THREAD; ++e) acc[a][e] = 0.0f;
         for (int j0 = 0; j0 < n_keys; j0 += CHUNK_KEYS) {
-            const int n = min(CHUNK_KEYS, n_keys - j0);
-            __syncthreads();
-            load_chunk(sm, k_bh, k_seq_stride, head_dim, j0, n);
-            __syncthreads();
-            const int r = tid / CHUNK_KEYS, c = tid % CHUNK_KEYS;
-            const float x = score(sm, head_dim, scale, i0, j0, n, seq_q, causal);
+            scores(sm, q_bh, q_seq_stride, qd, k_bh, k_seq_stride, head_dim, scale, i0, j0, n_keys, seq_q, causal);
             // Masked scores are -inf and give p = 0 (rows past seq_q have max -inf: p = 0 too).
-            sm.s[r][c] = x == neg_inf() ? 0.0f : expf(x - sm.row_max[r]);
+            for (int e = tid; e < TILE_ROWS * CHUNK_KEYS; e += THREADS) {
+                const int r = e / CHUNK_KEYS, c = e % CHUNK_KEYS;
+                const float x = sm.p[r][c];
+                sm.p[r][c] = x == neg_inf() ? 0.0f : expf(x - sm.row_max[r]);
+            }
             __syncthreads();
             if (tid < TILE_ROWS) {
                 float sum = sm.row_sum[tid];
-                for (int cc = 0; cc < CHUNK_KEYS; ++cc) sum += sm.s[tid][cc];
+                for (int c = 0; c < CHUNK_KEYS; ++c) sum += sm.p[tid][c];
                 sm.row_sum[tid] = sum;
             }
-            load_chunk(sm, v_bh, v_seq_stride, head_dim, j0, n);  // (K is no longer read)
-            __syncthreads();
+            for (int c0 = 0; c0 < CHUNK_KEYS; c0 += V_STEP) {
+                __syncthreads();  // the previous step is done with sm.v
+                for (int e = tid; e < V_STEP * head_dim; e += THREADS) {
+                    const int c = e / head_dim, d = e % head_dim;
+                    sm.v[c][d] = j0 + c0 + c < n_keys
+                                     ? to_float(v_bh[static_cast<long long>(j0 + c0 + c) * v_seq_stride + d])
+                                     : 0.0f;
+                }
+                __syncthreads();
+                for (int c = 0; c < V_STEP; ++c) {
+                    float pv[ROWS_PER_THREAD];
 #pragma unroll
-            for (int u = 0; u < OUTS_PER_THREAD; ++u) {
-                const int e = tid + u * THREADS;
-                if (e < TILE_ROWS * head_dim) {
-                    const int rr = e / head_dim, d = e % head_dim;
-                    float a = acc[u];
-                    for (int cc = 0; cc < CHUNK_KEYS; ++cc) a += sm.s[rr][cc] * sm.kv[cc][d];
-                    acc[u] = a;
+                    for (int a = 0; a < ROWS_PER_THREAD; ++a) pv[a] = sm.p[ty + 16 * a][c0 + c];
+#pragma unroll
+                    for (int e = 0; e < DIMS_PER_THREAD; ++e) {
+                        const int d = tx + 16 * e;
+                        if (d < head_dim) {
+                            const float vv = sm.v[c][d];
+#pragma unroll
+                            for (int a = 0; a < ROWS_PER_THREAD; ++a) acc[a][e] += pv[a] * vv;
+                        }
+                    }
                 }
             }
         }
@@ -192,14 +235,14 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k, cons
 
         // O = acc * v's descale / sum (>= 1 for every valid row: its max contributes exp(0)).
 #pragma unroll
-        for (int u = 0; u < OUTS_PER_THREAD; ++u) {
-            const int e = tid + u * THREADS;
-            if (e < TILE_ROWS * head_dim) {
-                const int r = e / head_dim, d = e % head_dim;
-                if (i0 + r < seq_q) {
-                    o[b * o_batch_stride + h * o_head_stride + static_cast<long long>(i0 + r) * o_seq_stride + d] =
-                        acc[u] * vd / sm.row_sum[r];
-                }
+        for (int a = 0; a < ROWS_PER_THREAD; ++a) {
+            const int r = ty + 16 * a;
+            if (i0 + r >= seq_q) continue;
+            float* o_row = o + b * o_batch_stride + h * o_head_stride + static_cast<long long>(i0 + r) * o_seq_stride;
+#pragma unroll
+            for (int e = 0; e < DIMS_PER_THREAD; ++e) {
+                const int d = tx + 16 * e;
+                if (d < head_dim) o_row[d] = acc[a][e] * vd / sm.row_sum[r];
             }
         }
     }
