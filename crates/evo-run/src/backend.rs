@@ -18,6 +18,8 @@ use tokio::sync::Semaphore;
 
 use crate::context::Context;
 use crate::error::{refuse, MissingComponent, Result, ResultExt};
+use crate::scoring::times_on;
+use evo_core::fitness::is_regressed;
 
 /// The outcome of one genome over every specialization.
 #[derive(Clone, Debug)]
@@ -36,6 +38,48 @@ pub struct GenomeResult {
     /// Where its time went, ms per stage: `compile` (NVRTC, cache misses), then the
     /// worker's stages (`evo_eval`'s `JobResult::stages_ms`).
     pub stages_ms: BTreeMap<String, f64>,
+    /// Why its timing stopped before every shape was timed: the [`RegressionRule`] already
+    /// held (it is then `regressed`, with no fitness: none comes from a partial set).
+    pub timing_stopped: Option<String>,
+}
+
+/// `[search]`'s regression rule against the run's baseline, applied between a genome's
+/// specializations: once the shapes timed so far make it regressed, more shapes can only
+/// keep it so (the rule counts slow shapes), and its other specializations are checked for
+/// correctness but not timed.
+#[derive(Clone, Debug)]
+pub struct RegressionRule {
+    /// The configured shapes' keys and the baseline's median on each, µs.
+    pub keys: Vec<String>,
+    pub baseline: Vec<f64>,
+    /// Slower than the baseline by more than this fraction on a shape counts it.
+    pub tolerance: f64,
+    /// This many slow shapes make a genome regressed.
+    pub shapes: usize,
+}
+
+impl RegressionRule {
+    /// Why `measured` is already regressed (the slow shapes), if it is.
+    fn regressed(&self, measured: &[ShapeMeasurement], timed: usize) -> Option<String> {
+        let times = times_on(measured, &self.keys);
+        if !is_regressed(&self.baseline, &times, self.tolerance, self.shapes) {
+            return None;
+        }
+        let slow: Vec<&str> = self
+            .keys
+            .iter()
+            .zip(self.baseline.iter().zip(&times))
+            .filter(|(_, (b, c))| **c > **b * (1.0 + self.tolerance))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        Some(format!(
+            "regressed: more than {:.0}% slower than the baseline on {} (the rule needs {}); timing stopped after {timed} of {} shapes, so no fitness",
+            100.0 * self.tolerance,
+            slow.join(" and "),
+            self.shapes,
+            self.keys.len()
+        ))
+    }
 }
 
 impl GenomeResult {
@@ -50,6 +94,7 @@ impl GenomeResult {
             eval_ms: started.elapsed().as_secs_f64() * 1e3,
             gpu_ms: 0.0,
             stages_ms: BTreeMap::new(),
+            timing_stopped: None,
         }
     }
 }
@@ -176,8 +221,15 @@ impl GpuBackend {
     /// handed out per specialization, the slots interleaved every genome in flight, none
     /// finished until all nearly had, and a time budget ended with a whole wave of
     /// half-evaluated genomes thrown away (2 results in a 110 s search on an H100).
-    /// `None`: `stop` was set before a GPU took it.
-    async fn evaluate(&self, id: u64, genome: &Genome, stop: &AtomicBool) -> Option<GenomeResult> {
+    /// `None`: `stop` was set before a GPU took it. With `regression`, a specialization
+    /// after the genome is known to be regressed is checked but not timed.
+    async fn evaluate(
+        &self,
+        id: u64,
+        genome: &Genome,
+        stop: &AtomicBool,
+        regression: Option<&RegressionRule>,
+    ) -> Option<GenomeResult> {
         let started = Instant::now();
         let c = &self.context;
         let candidates = match family_candidates(&c.family, &c.space, &c.specs, genome, &self.edges)
@@ -224,8 +276,23 @@ impl GpuBackend {
         if stop.load(Ordering::SeqCst) {
             return None;
         }
-        let mut verdicts = Vec::new();
-        for (i, (c, result, sass)) in compiled.into_iter().enumerate() {
+        let mut verdicts: Vec<Verdict> = Vec::new();
+        let mut timing_stopped = None;
+        for (i, (mut c, result, sass)) in compiled.into_iter().enumerate() {
+            if timing_stopped.is_none() {
+                if let Some(rule) = regression {
+                    let measured: Vec<ShapeMeasurement> = verdicts
+                        .iter()
+                        .filter_map(|v| v.result.as_ref())
+                        .flat_map(|r| r.shapes.iter().map(measurement))
+                        .collect();
+                    let timed = measured.iter().filter(|m| m.median_us.is_some()).count();
+                    timing_stopped = rule.regressed(&measured, timed);
+                }
+            }
+            if timing_stopped.is_some() {
+                c.shapes.iter_mut().for_each(|s| s.timed = false);
+            }
             let v = self
                 .evaluator
                 .evaluate_with_sass(c, result, sass, id * 16 + i as u64, self.salt)
@@ -236,7 +303,11 @@ impl GpuBackend {
                 break; // the genome has failed; its other specializations need no GPU time
             }
         }
-        Some(from_verdicts(verdicts, started))
+        let mut r = from_verdicts(verdicts, started);
+        if r.status == Status::Evaluated {
+            r.timing_stopped = timing_stopped;
+        }
+        Some(r)
     }
 }
 
@@ -326,6 +397,7 @@ fn from_verdicts(verdicts: Vec<Verdict>, started: Instant) -> GenomeResult {
         eval_ms: started.elapsed().as_secs_f64() * 1e3,
         gpu_ms,
         stages_ms,
+        timing_stopped: None,
     }
 }
 
@@ -355,6 +427,7 @@ impl Backend {
         id: u64,
         genome: &Genome,
         stop: &AtomicBool,
+        regression: Option<&RegressionRule>,
     ) -> Option<GenomeResult> {
         match self {
             Backend::Replay { landscape, .. } => {
@@ -371,7 +444,7 @@ impl Backend {
                 }
                 Some(replay(landscape, genome, started))
             }
-            Backend::Gpu(b) => b.evaluate(id, genome, stop).await,
+            Backend::Gpu(b) => b.evaluate(id, genome, stop, regression).await,
         }
     }
 
@@ -419,5 +492,59 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
         eval_ms: started.elapsed().as_secs_f64() * 1e3,
         gpu_ms: p.eval_ms.unwrap_or(0.0),
         stages_ms: BTreeMap::new(),
+        timing_stopped: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timed(seq: i64, median_us: Option<f64>) -> ShapeMeasurement {
+        ShapeMeasurement {
+            shape: [("SEQ".to_string(), seq.into())].into_iter().collect(),
+            median_us,
+            p20_us: None,
+            p80_us: None,
+            samples: vec![],
+            tflops: None,
+            peak_fraction: None,
+            max_abs_err: None,
+            rel_l2: None,
+        }
+    }
+
+    /// Timing stops once the shapes timed so far already make the genome regressed (the
+    /// rule of `score`), and only then; untimed shapes count as not slow.
+    #[test]
+    fn regression_rule_stops_timing_only_when_already_regressed() {
+        let keys: Vec<String> = [1, 2, 3, 4].iter().map(|s| format!("SEQ={s}")).collect();
+        let rule = RegressionRule {
+            keys,
+            baseline: vec![10.0; 4],
+            tolerance: 0.10,
+            shapes: 2,
+        };
+        let one_slow = [timed(1, Some(12.0)), timed(2, Some(10.5))];
+        assert_eq!(rule.regressed(&one_slow, 2), None);
+        let untimed = [timed(1, Some(12.0)), timed(2, None), timed(3, None)];
+        assert_eq!(rule.regressed(&untimed, 1), None);
+        let two_slow = [
+            timed(1, Some(12.0)),
+            timed(2, Some(9.0)),
+            timed(3, Some(11.5)),
+        ];
+        let why = rule
+            .regressed(&two_slow, 3)
+            .expect("regressed on two shapes");
+        assert!(
+            why.contains("SEQ=1 and SEQ=3")
+                && why.contains("after 3 of 4 shapes")
+                && why.contains("no fitness"),
+            "{why}"
+        );
+        // What the final score would say on the same times.
+        let times = times_on(&two_slow, &rule.keys);
+        assert!(is_regressed(&rule.baseline, &times, 0.10, 2));
     }
 }

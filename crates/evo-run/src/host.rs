@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use evo_core::{Gate, Genome, Status};
@@ -15,7 +16,7 @@ use evo_store::{
 };
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, GenomeResult};
+use crate::backend::{Backend, GenomeResult, RegressionRule};
 use crate::baseline::Baseline;
 use crate::budget::Budget;
 use crate::error::{Result, ResultExt};
@@ -125,6 +126,13 @@ impl Run {
         let mut stopping = false;
         let mut in_flight = InFlight::new();
         let mut generation_now = 0u32;
+        let search = &self.context.config.search;
+        let regression = Arc::new(RegressionRule {
+            keys: shift.baseline.keys.clone(),
+            baseline: shift.baseline.times.clone(),
+            tolerance: search.regression_tolerance,
+            shapes: search.regression_shapes,
+        });
         loop {
             if !stopping {
                 stopping = host.stop.is_requested();
@@ -142,7 +150,10 @@ impl Run {
                         .min((n - tally.evaluated - in_flight.len() as u64) as usize),
                     _ => limit - in_flight.len(),
                 };
-                if let Some(g) = self.claim(room, &mut in_flight, host, tally).await? {
+                if let Some(g) = self
+                    .claim(room, &mut in_flight, host, &regression, tally)
+                    .await?
+                {
                     generation_now = g;
                 }
             }
@@ -189,6 +200,7 @@ impl Run {
         room: usize,
         in_flight: &mut InFlight,
         host: &HostOptions,
+        regression: &Arc<RegressionRule>,
         tally: &mut Tally,
     ) -> Result<Option<u32>> {
         let claimed = tally
@@ -202,8 +214,11 @@ impl Run {
             let genome =
                 Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
             let (backend, halt, id) = (self.backend.clone(), host.stop.halted(), c.id);
+            let regression = regression.clone();
             in_flight.spawn(async move {
-                let r = backend.evaluate(id.0 as u64, &genome, &halt).await?;
+                let r = backend
+                    .evaluate(id.0 as u64, &genome, &halt, Some(&regression))
+                    .await?;
                 Some((id, genome, r))
             });
         }
@@ -222,14 +237,21 @@ impl Run {
     ) -> Result<()> {
         let baseline = shift.baseline;
         let times = times_on(&r.shapes, &baseline.keys);
-        let (status, fitness) = score(
-            r.status,
-            &baseline.times,
-            &times,
-            &self.context.config.search,
-        );
+        let (status, fitness) = match &r.timing_stopped {
+            // Regressed on the shapes timed; no fitness from a partial set.
+            Some(_) => (Status::Regressed, None),
+            None => score(
+                r.status,
+                &baseline.times,
+                &times,
+                &self.context.config.search,
+            ),
+        };
         let mut row = result_row(&r, fitness);
         row.status = status;
+        if let Some(why) = &r.timing_stopped {
+            row.detail = Some(why.clone());
+        }
         let sanitizer = match fitness {
             Some(f) if tally.best.is_none_or(|b| f > b) => {
                 self.sanitize_new_best(genome, &mut row, shift, tally).await
