@@ -17,6 +17,18 @@ pub fn geomean_speedup(baseline: &[f64], candidate: &[f64]) -> Option<f64> {
     Some((log_sum / baseline.len() as f64).exp())
 }
 
+/// The shapes (indices) on which a candidate is more than `tolerance` (0.10 = 10%)
+/// slower than the baseline; a shape without a time (NaN) is not slow.
+pub fn slow_shapes(baseline: &[f64], candidate: &[f64], tolerance: f64) -> Vec<usize> {
+    baseline
+        .iter()
+        .zip(candidate)
+        .enumerate()
+        .filter(|(_, (b, c))| **c > **b * (1.0 + tolerance))
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// A candidate is regressed when it is more than `tolerance` (0.10 = 10%) slower than
 /// the baseline on at least `min_shapes` shapes.
 pub fn is_regressed(
@@ -25,12 +37,7 @@ pub fn is_regressed(
     tolerance: f64,
     min_shapes: usize,
 ) -> bool {
-    baseline
-        .iter()
-        .zip(candidate)
-        .filter(|(b, c)| **c > **b * (1.0 + tolerance))
-        .count()
-        >= min_shapes
+    slow_shapes(baseline, candidate, tolerance).len() >= min_shapes
 }
 
 #[cfg(test)]

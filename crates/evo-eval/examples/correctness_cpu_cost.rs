@@ -1,6 +1,7 @@
 //! Host-side cost of one correctness trial (no GPU): input generation, digests,
-//! comparison, for a problem's largest default shape. The worker does this work for
-//! every trial while holding the GPU, so it bounds evaluations per hour.
+//! comparison, for a problem's largest default shape. The worker pays the generation for
+//! inputs a problem does not give as `input_fills` (the FP8 problems); comparisons and
+//! sdpa's and gemm's inputs run on the GPU (`worker/gate_kernels.cu`).
 //!   cargo run --release -p evo-eval --example correctness_cpu_cost [-- sdpa_fwd|sdpa_fwd_fp8]
 use std::time::Instant;
 

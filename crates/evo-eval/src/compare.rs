@@ -70,7 +70,14 @@ pub fn compare(got: &HostTensor, reference: &[f32], tol: &Tolerance) -> ErrorSta
         err2 += e2;
         ref2 += r2;
     }
-    s.rel_l2 = if s.nan + s.inf > 0 {
+    s.rel_l2 = relative_l2(err2, ref2, s.nan + s.inf);
+    s
+}
+
+/// ‖got − ref‖ / ‖ref‖ from the sums of squares: infinite when an element is not finite
+/// or the reference is zero but the output is not, 0 when both are zero.
+pub fn relative_l2(err2: f64, ref2: f64, not_finite: u64) -> f64 {
+    if not_finite > 0 {
         f64::INFINITY
     } else if ref2 > 0.0 {
         (err2 / ref2).sqrt()
@@ -78,8 +85,7 @@ pub fn compare(got: &HostTensor, reference: &[f32], tol: &Tolerance) -> ErrorSta
         f64::INFINITY
     } else {
         0.0
-    };
-    s
+    }
 }
 
 /// The first failed check of a comparison, if any. NaN or Inf never passes.

@@ -517,9 +517,8 @@ const CHUNK: usize = 1 << 16;
 
 /// `n` values of input tensor `tensor` for `seed`, filled chunk by chunk on all cores:
 /// `fill` gets each chunk with its own generator, seeded from (seed, tensor, chunk), so
-/// the values do not depend on the number of threads. The worker generates fresh
-/// inputs for every trial while it holds the GPU; one thread took 230 ms for the
-/// three inputs of a (4,8,2048,64) attention call (examples/correctness_cpu_cost.rs).
+/// the values do not depend on the number of threads. For inputs that are not
+/// [`InputFill`]s (the worker then generates them on the host while it holds the GPU).
 pub fn seeded_values(
     seed: u64,
     tensor: usize,

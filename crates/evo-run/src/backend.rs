@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use crate::context::Context;
 use crate::error::{refuse, MissingComponent, Result, ResultExt};
 use crate::scoring::times_on;
-use evo_core::fitness::is_regressed;
+use evo_core::fitness::slow_shapes;
 
 /// The outcome of one genome over every specialization.
 #[derive(Clone, Debug)]
@@ -62,16 +62,14 @@ impl RegressionRule {
     /// Why `measured` is already regressed (the slow shapes), if it is.
     fn regressed(&self, measured: &[ShapeMeasurement], timed: usize) -> Option<String> {
         let times = times_on(measured, &self.keys);
-        if !is_regressed(&self.baseline, &times, self.tolerance, self.shapes) {
+        let slow: Vec<&str> = slow_shapes(&self.baseline, &times, self.tolerance)
+            .into_iter()
+            .map(|i| self.keys[i].as_str())
+            .collect();
+        // `is_regressed`'s rule, which the final score applies.
+        if slow.len() < self.shapes {
             return None;
         }
-        let slow: Vec<&str> = self
-            .keys
-            .iter()
-            .zip(self.baseline.iter().zip(&times))
-            .filter(|(_, (b, c))| **c > **b * (1.0 + self.tolerance))
-            .map(|(k, _)| k.as_str())
-            .collect();
         Some(format!(
             "regressed: more than {:.0}% slower than the baseline on {} (the rule needs {}); timing stopped after {timed} of {} shapes, so no fitness",
             100.0 * self.tolerance,
@@ -545,6 +543,11 @@ mod tests {
         );
         // What the final score would say on the same times.
         let times = times_on(&two_slow, &rule.keys);
-        assert!(is_regressed(&rule.baseline, &times, 0.10, 2));
+        assert!(evo_core::fitness::is_regressed(
+            &rule.baseline,
+            &times,
+            0.10,
+            2
+        ));
     }
 }

@@ -236,14 +236,13 @@ impl Run {
         tally: &mut Tally,
     ) -> Result<()> {
         let baseline = shift.baseline;
-        let times = times_on(&r.shapes, &baseline.keys);
         let (status, fitness) = match &r.timing_stopped {
             // Regressed on the shapes timed; no fitness from a partial set.
             Some(_) => (Status::Regressed, None),
             None => score(
                 r.status,
                 &baseline.times,
-                &times,
+                &times_on(&r.shapes, &baseline.keys),
                 &self.context.config.search,
             ),
         };

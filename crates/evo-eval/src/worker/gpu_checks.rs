@@ -346,15 +346,7 @@ impl GateKernels {
                 Compared {
                     stats: ErrorStats {
                         max_abs: f64_at(48),
-                        rel_l2: if not_finite > 0 {
-                            f64::INFINITY
-                        } else if ref2 > 0.0 {
-                            (err2 / ref2).sqrt()
-                        } else if err2 > 0.0 {
-                            f64::INFINITY
-                        } else {
-                            0.0
-                        },
+                        rel_l2: crate::compare::relative_l2(err2, ref2, not_finite),
                         bad,
                         first_bad: (first != u64::MAX).then_some(first as usize),
                         nan: not_finite,
