@@ -181,6 +181,7 @@ fn prepare(
             vars: shape.clone(),
             launches: dims,
             timed: *timed,
+            contend_us: None,
             args,
             scratch,
         });

@@ -36,6 +36,10 @@ pub struct CandidateShape {
     /// Launch geometry per kernel, in `Candidate::kernels` order.
     pub launches: Vec<LaunchDims>,
     pub timed: bool,
+    /// Out of contention (µs): the timing of this shape may stop after a few samples once
+    /// every one is more than [`crate::timing::CONTENTION_MARGIN`] slower than this (the
+    /// slowest elite's median here); `None`: sampled to the timing rule's end.
+    pub contend_us: Option<f64>,
     /// Each kernel's own arguments (empty: every kernel gets the problem's ABI).
     pub args: Vec<Vec<ArgSlot>>,
     /// Scratch buffers of the variant on this shape.
@@ -230,6 +234,7 @@ impl Evaluator {
                     vars: s.vars.clone(),
                     launches: s.launches.clone(),
                     timed: s.timed,
+                    contend_us: s.contend_us,
                     args: s.args.clone(),
                     scratch: s.scratch.clone(),
                 })
@@ -391,6 +396,7 @@ pub fn family_candidates(
                 vars: shape.clone(),
                 launches: dims.into_iter().map(|(_, d)| d).collect(),
                 timed,
+                contend_us: None,
                 args: family.launch_args(&vars, shape)?,
                 scratch: family.scratch_specs(&vars, shape)?,
             });

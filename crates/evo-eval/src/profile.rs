@@ -135,6 +135,7 @@ pub fn sanitize(
             vars: s.vars.clone(),
             launches: s.launches.clone(),
             timed: false,
+            contend_us: None,
             args: s.args.clone(),
             scratch: s.scratch.clone(),
         },
@@ -389,7 +390,8 @@ pub fn sanitizer(tool: &str, command: &[String]) -> ToolReport {
     match output_within(
         Command::new(&bin)
             .args(["--tool", tool, "--error-exitcode", "99"])
-            .args(command),
+            .args(command)
+            .env(evo_gpu::runtime::SYNC_ALLOC_ENV, "1"),
         SANITIZER_TIMEOUT,
     ) {
         Err(e) => ToolReport::Failed {

@@ -81,6 +81,11 @@ pub struct ShapeJob {
     pub launches: Vec<LaunchDims>,
     /// Time this shape (edge shapes are checked, not timed).
     pub timed: bool,
+    /// Stop sampling once the genome is out of contention here ([`CandidateShape::contend_us`]).
+    ///
+    /// [`CandidateShape::contend_us`]: crate::pipeline::CandidateShape::contend_us
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contend_us: Option<f64>,
     /// Each kernel's own arguments, in [`Job::kernels`] order; empty: every kernel gets
     /// the problem's ABI ([`evo_kernels::Problem::args`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -337,6 +342,9 @@ pub struct TimingReport {
     /// The shortest time the device allows for this call (`timing::roofline_floor_us`).
     #[serde(default)]
     pub floor_us: Option<f64>,
+    /// Sampling stopped early: every sample was out of contention ([`ShapeJob::contend_us`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_contention: bool,
 }
 
 #[cfg(test)]
@@ -361,6 +369,7 @@ mod tests {
                     shared_bytes: 0,
                 }],
                 timed: true,
+                contend_us: None,
                 args: vec![],
                 scratch: vec![],
             }],

@@ -43,6 +43,26 @@ pub fn settled(samples: &[f64], plan: &TimingPlan) -> bool {
     median > 0.0 && (p80 - p20) / median <= plan.target_spread
 }
 
+/// Samples taken before a shape can be out of contention.
+pub const CONTENTION_SAMPLES: usize = 3;
+
+/// How much slower than the contention time every sample must be.
+pub const CONTENTION_MARGIN: f64 = 0.05;
+
+/// Whether sampling can stop because the variant cannot contend on this shape: after
+/// [`CONTENTION_SAMPLES`], its fastest sample is still more than [`CONTENTION_MARGIN`]
+/// slower than `contend_us` (the slowest elite's median here). Each sample is the mean of
+/// a CUDA graph of many launches, so a variant whose true median is within the margin
+/// would need every one of its first samples to land that far above it; the timing rule
+/// itself accepts a p80 - p20 spread of `target_spread` (2%), well inside 5%.
+pub fn out_of_contention(samples: &[f64], contend_us: Option<f64>) -> bool {
+    let Some(limit) = contend_us else {
+        return false;
+    };
+    samples.len() >= CONTENTION_SAMPLES
+        && samples.iter().copied().fold(f64::INFINITY, f64::min) > limit * (1.0 + CONTENTION_MARGIN)
+}
+
 /// Input sets to rotate so their bytes exceed `l2_multiple` × L2, within the cap.
 pub fn input_sets(bytes_per_set: usize, l2_bytes: usize, plan: &TimingPlan) -> u32 {
     let want = (plan.l2_multiple * l2_bytes as f64 / bytes_per_set.max(1) as f64).ceil() as u32;
@@ -132,6 +152,28 @@ mod tests {
         assert!(settled(&[10.0, 10.01, 10.02, 9.99, 10.0], &p));
         assert!(!settled(&[10.0, 12.0, 10.0, 12.0, 11.0], &p));
         assert!(settled(&[10.0, 20.0].repeat(25), &p), "max_samples stops");
+    }
+
+    #[test]
+    fn contention() {
+        let slow = [11.0, 10.6, 10.8];
+        assert!(out_of_contention(&slow, Some(10.0)), "every sample > 10.5");
+        assert!(
+            !out_of_contention(&slow[..2], Some(10.0)),
+            "needs 3 samples"
+        );
+        assert!(
+            !out_of_contention(&[11.0, 10.4, 10.8], Some(10.0)),
+            "one within 5%"
+        );
+        assert!(
+            !out_of_contention(&[9.0, 9.0, 9.0], Some(10.0)),
+            "a contender"
+        );
+        assert!(
+            !out_of_contention(&slow, None),
+            "no elites yet: full timing"
+        );
     }
 
     #[test]

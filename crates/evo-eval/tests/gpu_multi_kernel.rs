@@ -132,6 +132,7 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
             vars: shape.clone(),
             launches,
             timed: true,
+            contend_us: None,
             args,
             scratch: vec![TensorSpec {
                 name: "a2".into(),
@@ -277,6 +278,7 @@ fn fp8_end_to_end_family_through_the_worker() {
             vars: s.vars.clone(),
             launches: order.iter().map(|&i| s.launches[i]).collect(),
             timed: true,
+            contend_us: None,
             args: order.iter().map(|&i| s.args[i].clone()).collect(),
             scratch: s.scratch.clone(),
         }],

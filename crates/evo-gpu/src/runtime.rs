@@ -7,6 +7,7 @@
 //! address and friends), in which case the process must be replaced.
 
 use std::ffi::{c_void, CString};
+use std::sync::Arc;
 
 use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUresult};
@@ -71,14 +72,44 @@ fn check(call: &'static str, r: CUresult) -> Result<(), CudaError> {
 /// One GPU, its primary context (made current on the calling thread) and a stream.
 pub struct Gpu {
     pub info: DeviceInfo,
-    device: sys::CUdevice,
+    handles: Arc<Handles>,
     context: sys::CUcontext,
+    stream: sys::CUstream,
+    /// Memory from the device's stream-ordered pool (cuMemAllocAsync on the stream), else
+    /// cuMemAlloc. A cuMemFree waits for the whole device, and a check allocates and frees
+    /// buffers by the hundred; the pool hands freed memory back without a wait.
+    pooled: bool,
+}
+
+/// The context and stream, released when the Gpu and the last buffer freed on its stream
+/// are gone (a pooled buffer's free is queued on the stream).
+struct Handles {
+    device: sys::CUdevice,
     stream: sys::CUstream,
 }
 
 // The worker uses a Gpu from one thread at a time; the context is made current by
 // `Gpu::bind` on whichever thread uses it.
 unsafe impl Send for Gpu {}
+unsafe impl Send for Handles {}
+unsafe impl Sync for Handles {}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = result::stream::destroy(self.stream);
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}
+
+/// Set (to anything) to allocate with cuMemAlloc instead of the stream-ordered pool: the
+/// sanitizer gate runs its worker so, for memcheck's view of every allocation's bounds.
+pub const SYNC_ALLOC_ENV: &str = "EVO_SYNC_ALLOC";
+
+/// Bytes the pool keeps for reuse across synchronisations (the rest goes back to the
+/// driver): more than a timing gate's sets and check buffers of one shape.
+const POOL_KEEP_BYTES: u64 = 8 << 30;
 
 impl Gpu {
     pub fn open(ordinal: i32) -> Result<Gpu, CudaError> {
@@ -99,11 +130,14 @@ impl Gpu {
             .map_err(|e| CudaError::new("cuCtxSetCurrent", e))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(|e| CudaError::new("cuStreamCreate", e))?;
+        let handles = Arc::new(Handles { device, stream });
+        let pooled = std::env::var_os(SYNC_ALLOC_ENV).is_none() && keep_pool_memory(device);
         Ok(Gpu {
             info,
-            device,
+            handles,
             context,
             stream,
+            pooled,
         })
     }
 
@@ -119,9 +153,22 @@ impl Gpu {
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        if self.pooled {
+            let ptr = unsafe { result::malloc_async(self.stream, bytes.max(1)) }
+                .map_err(|e| CudaError::new("cuMemAllocAsync", e))?;
+            return Ok(DeviceBuffer {
+                ptr,
+                bytes,
+                pool: Some(self.handles.clone()),
+            });
+        }
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }
             .map_err(|e| CudaError::new("cuMemAlloc", e))?;
-        Ok(DeviceBuffer { ptr, bytes })
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            pool: None,
+        })
     }
 
     pub fn load_module(&self, image: &[u8]) -> Result<Module, CudaError> {
@@ -310,19 +357,29 @@ impl Gpu {
     }
 }
 
-impl Drop for Gpu {
-    fn drop(&mut self) {
-        unsafe {
-            let _ = result::stream::destroy(self.stream);
-            let _ = result::primary_ctx::release(self.device);
-        }
+/// Whether the device's default pool can keep [`POOL_KEEP_BYTES`] between
+/// synchronisations (without it every allocation after a synchronisation goes back to the
+/// driver); false where the device has no stream-ordered allocator.
+fn keep_pool_memory(device: sys::CUdevice) -> bool {
+    unsafe {
+        let Ok(pool) = result::device::get_default_mem_pool(device) else {
+            return false;
+        };
+        let mut keep = POOL_KEEP_BYTES;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut keep as *mut u64 as *mut c_void,
+        )
+        .is_ok()
     }
 }
 
-/// Device memory, freed on drop.
+/// Device memory, freed on drop (queued on the GPU's stream when it came from the pool).
 pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     bytes: usize,
+    pool: Option<Arc<Handles>>,
 }
 
 impl DeviceBuffer {
@@ -338,7 +395,10 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         unsafe {
-            let _ = result::free_sync(self.ptr);
+            let _ = match &self.pool {
+                Some(h) => result::free_async(self.ptr, h.stream),
+                None => result::free_sync(self.ptr),
+            };
         }
     }
 }

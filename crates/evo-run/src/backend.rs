@@ -80,6 +80,42 @@ impl RegressionRule {
     }
 }
 
+/// The slowest elite's median on each configured shape, once the population holds its
+/// elites: a genome whose first samples on a shape are all clearly slower than that is out of
+/// contention there and is sampled no further on it (`evo_eval::timing::out_of_contention`).
+/// The baseline is never given one, so it keeps its full timing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contention {
+    /// Shape keys and the slowest elite's median on each, µs.
+    pub times: BTreeMap<String, f64>,
+}
+
+impl Contention {
+    /// From the elites' measurements; `None` for fewer than `elites` of them (the search is
+    /// still filling its population: every genome may become one). A shape an elite was not
+    /// timed on has no contention time.
+    pub fn of(keys: &[String], elites: &[Vec<ShapeMeasurement>], wanted: usize) -> Option<Self> {
+        if wanted == 0 || elites.len() < wanted {
+            return None;
+        }
+        let times = keys
+            .iter()
+            .filter_map(|k| {
+                let slowest = elites
+                    .iter()
+                    .map(|m| evo_core::median_on(m, k))
+                    .try_fold(0.0f64, |acc, t| t.map(|t| acc.max(t)))?;
+                Some((k.clone(), slowest))
+            })
+            .collect();
+        Some(Contention { times })
+    }
+
+    fn time_for(&self, vars: &Vars) -> Option<f64> {
+        self.times.get(&evo_core::shape_key(vars)).copied()
+    }
+}
+
 impl GenomeResult {
     fn failed(status: Status, gate: Option<Gate>, detail: String, started: Instant) -> Self {
         GenomeResult {
@@ -227,6 +263,7 @@ impl GpuBackend {
         genome: &Genome,
         stop: &AtomicBool,
         regression: Option<&RegressionRule>,
+        contention: Option<&Contention>,
     ) -> Option<GenomeResult> {
         let started = Instant::now();
         let c = &self.context;
@@ -290,6 +327,9 @@ impl GpuBackend {
             }
             if timing_stopped.is_some() {
                 c.shapes.iter_mut().for_each(|s| s.timed = false);
+            }
+            for s in &mut c.shapes {
+                s.contend_us = contention.and_then(|k| k.time_for(&s.vars));
             }
             let v = self
                 .evaluator
@@ -426,6 +466,7 @@ impl Backend {
         genome: &Genome,
         stop: &AtomicBool,
         regression: Option<&RegressionRule>,
+        contention: Option<&Contention>,
     ) -> Option<GenomeResult> {
         match self {
             Backend::Replay { landscape, .. } => {
@@ -442,7 +483,7 @@ impl Backend {
                 }
                 Some(replay(landscape, genome, started))
             }
-            Backend::Gpu(b) => b.evaluate(id, genome, stop, regression).await,
+            Backend::Gpu(b) => b.evaluate(id, genome, stop, regression, contention).await,
         }
     }
 
@@ -549,5 +590,31 @@ mod tests {
             0.10,
             2
         ));
+    }
+
+    /// The contention time of a shape is the slowest elite's median there, once the
+    /// population holds its elites; a shape not every elite was timed on has none.
+    #[test]
+    fn contention_is_the_slowest_elite_per_shape() {
+        let keys: Vec<String> = [1, 2, 3].iter().map(|s| format!("SEQ={s}")).collect();
+        let elites = vec![
+            vec![timed(1, Some(10.0)), timed(2, Some(30.0)), timed(3, None)],
+            vec![
+                timed(1, Some(12.0)),
+                timed(2, Some(20.0)),
+                timed(3, Some(5.0)),
+            ],
+        ];
+        assert_eq!(
+            Contention::of(&keys, &elites, 3),
+            None,
+            "population not full"
+        );
+        assert_eq!(Contention::of(&keys, &elites, 0), None);
+        let c = Contention::of(&keys, &elites, 2).expect("two elites");
+        assert_eq!(c.times.get("SEQ=1"), Some(&12.0));
+        assert_eq!(c.times.get("SEQ=2"), Some(&30.0));
+        assert_eq!(c.times.get("SEQ=3"), None, "one elite untimed there");
+        assert_eq!(c.time_for(&timed(2, None).shape), Some(30.0));
     }
 }

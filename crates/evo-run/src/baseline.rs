@@ -386,7 +386,7 @@ impl Run {
         let never = std::sync::atomic::AtomicBool::new(false);
         let r = self
             .backend
-            .evaluate(0, &genome, &never, None)
+            .evaluate(0, &genome, &never, None, None)
             .await
             .expect("not stopped");
         if r.status != Status::Evaluated {

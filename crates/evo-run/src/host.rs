@@ -16,7 +16,7 @@ use evo_store::{
 };
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, GenomeResult, RegressionRule};
+use crate::backend::{Backend, Contention, GenomeResult, RegressionRule};
 use crate::baseline::Baseline;
 use crate::budget::Budget;
 use crate::error::{Result, ResultExt};
@@ -209,20 +209,47 @@ impl Run {
                 .claim_candidates(self.id, &self.host.id, room, self.lease()))
             .await?;
         let mut generation = None;
+        let contention = if claimed.is_empty() {
+            None
+        } else {
+            self.contention(&regression.keys, tally).await?
+        };
         for c in claimed {
             generation = Some(c.generation);
             let genome =
                 Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
             let (backend, halt, id) = (self.backend.clone(), host.stop.halted(), c.id);
-            let regression = regression.clone();
+            let (regression, contention) = (regression.clone(), contention.clone());
             in_flight.spawn(async move {
                 let r = backend
-                    .evaluate(id.0 as u64, &genome, &halt, Some(&regression))
+                    .evaluate(
+                        id.0 as u64,
+                        &genome,
+                        &halt,
+                        Some(&regression),
+                        contention.as_deref(),
+                    )
                     .await?;
                 Some((id, genome, r))
             });
         }
         Ok(generation)
+    }
+
+    /// The run's [`Contention`] on the shapes `keys`, from the elites stored now.
+    async fn contention(
+        &self,
+        keys: &[String],
+        tally: &mut Tally,
+    ) -> Result<Option<Arc<Contention>>> {
+        let wanted = self.context.config.search.params.elites;
+        let elites = tally.db(self.store.elites(self.id, wanted)).await?;
+        let mut measured = Vec::with_capacity(elites.len());
+        for e in &elites {
+            let ms = tally.db(self.store.measurements(e.id)).await?;
+            measured.push(ms.into_iter().map(|m| m.measured).collect::<Vec<_>>());
+        }
+        Ok(Contention::of(keys, &measured, wanted).map(Arc::new))
     }
 
     /// Scores a result against the baseline and records it under this host's lease.

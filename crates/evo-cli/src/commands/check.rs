@@ -179,6 +179,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
                 vars: vars.clone(),
                 launches: vec![dims],
                 timed: *timed,
+                contend_us: None,
                 args: vec![],
                 scratch: vec![],
             });

@@ -112,6 +112,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                     vars: shape.clone(),
                     launches: dims.iter().map(|(_, d)| *d).collect(),
                     timed: false,
+                    contend_us: None,
                     args: family.launch_args(&vars, &shape).map_err(|e| anyhow!(e))?,
                     scratch: family
                         .scratch_specs(&vars, &shape)
@@ -252,6 +253,7 @@ pub fn run_once(
                     vars: shape.clone(),
                     launches: vec![rule.eval(&shape)?],
                     timed: false,
+                    contend_us: None,
                     args: vec![],
                     scratch: vec![],
                 },

@@ -252,6 +252,8 @@ fn timing_checks(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Re
         let samples = measure(
             gpu,
             &plan,
+            plan.warmup_ms,
+            None,
             per_graph,
             |g, _| g.launch(&spin, &one, &[KernelArg::I64(ns)]),
             |_, _| Ok::<(), anyhow::Error>(()),
@@ -285,6 +287,8 @@ fn timing_checks(gpu: &Gpu, compiler: &Compiler, rows: &mut Vec<CheckRow>) -> Re
     let samples = measure(
         gpu,
         &plan,
+        plan.warmup_ms,
+        None,
         4,
         |g, _| {
             g.launch(
@@ -374,6 +378,7 @@ fn isolation(
                     vars: shape.clone(),
                     launches: vec![rule.eval(&shape)?],
                     timed: false,
+                    contend_us: None,
                     args: vec![],
                     scratch: vec![],
                 }],

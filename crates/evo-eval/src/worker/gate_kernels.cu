@@ -82,6 +82,34 @@ __device__ __forceinline__ unsigned long long global_stride() {
     return static_cast<unsigned long long>(gridDim.x) * blockDim.x;
 }
 
+struct Sum {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+    template <typename T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct Min {
+    template <typename T> __device__ T operator()(T a, T b) const { return a < b ? a : b; }
+};
+
+// `op` over the block's values, valid in thread 0; every thread of the block must call it.
+// One atomic per block instead of one per thread: the per-thread atomics on a single result
+// serialised in the L2 and cost more than the comparison itself.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T identity, Op op) {
+    __shared__ T partial[32];
+    for (int off = 16; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
+    __syncthreads();  // partial[] may still be read by a previous call's warp 0
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? partial[lane] : identity;
+        for (int off = 16; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    }
+    return v;
+}
+
 }  // namespace evo_gate
 
 // One tensor to fill: n logical elements of type elem at ptr (laid out by `layout`), as
@@ -190,11 +218,12 @@ extern "C" __global__ void evo_absmax(const CompareJob* jobs) {
         if (isfinite(r)) m = fmaxf(m, fabsf(r));
         else ++not_finite;
     }
-    for (int off = 16; off > 0; off /= 2)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if ((threadIdx.x & 31) == 0)
-        atomicMax(&st->max_ref_bits, __float_as_uint(m));
-    if (not_finite) atomicAdd(&st->ref_not_finite, not_finite);
+    m = evo_gate::block_reduce(m, 0.0f, evo_gate::Max());
+    not_finite = evo_gate::block_reduce(not_finite, 0ull, evo_gate::Sum());
+    if (threadIdx.x == 0) {
+        if (m != 0.0f) atomicMax(&st->max_ref_bits, __float_as_uint(m));
+        if (not_finite) atomicAdd(&st->ref_not_finite, not_finite);
+    }
 }
 
 // Pass 2: an element is bad when it is NaN or Inf, or |got - ref| > atol_floor + atol_of_max *
@@ -226,6 +255,13 @@ extern "C" __global__ void evo_compare(const CompareJob* jobs) {
             first = first < i ? first : i;
         }
     }
+    not_finite = evo_gate::block_reduce(not_finite, 0ull, evo_gate::Sum());
+    bad = evo_gate::block_reduce(bad, 0ull, evo_gate::Sum());
+    first = evo_gate::block_reduce(first, ~0ull, evo_gate::Min());
+    err2 = evo_gate::block_reduce(err2, 0.0, evo_gate::Sum());
+    ref2 = evo_gate::block_reduce(ref2, 0.0, evo_gate::Sum());
+    max_abs = evo_gate::block_reduce(max_abs, 0.0, evo_gate::Max());
+    if (threadIdx.x != 0) return;
     if (not_finite) atomicAdd(&st->not_finite, not_finite);
     if (bad) {
         atomicAdd(&st->bad, bad);
@@ -250,16 +286,51 @@ extern "C" __global__ void evo_differ(const DifferJob* jobs) {
     unsigned long long* out = reinterpret_cast<unsigned long long*>(j.out);
     const unsigned long long unit = j.unit ? j.unit : 1, units = j.n / unit;
     unsigned long long count = 0, first = ~0ull;
-    for (unsigned long long u = evo_gate::global_index(); u < units; u += evo_gate::global_stride()) {
-        bool differs = false;
-        for (unsigned long long i = u * unit; i < (u + 1) * unit; ++i)
-            differs |= a[i] != (j.pattern_len ? b[i % j.pattern_len] : b[i]);
-        if (differs) {
-            ++count;
-            first = first < u ? first : u;
+    const bool whole_pattern = j.pattern_len > 0 && 16 % j.pattern_len == 0;
+    if (unit == 1 && (j.pattern_len == 0 || whole_pattern) && (j.a | j.n) % 16 == 0 &&
+        (j.pattern_len > 0 || j.b % 16 == 0)) {
+        // Byte for byte, 16 bytes a load (a guard region's pattern, or a region as long as a):
+        // a byte of x = a ^ b is nonzero where they differ; ((x & 0x7f..) + 0x7f.. | x) & 0x80..
+        // keeps one bit per such byte.
+        const uint4* a16 = reinterpret_cast<const uint4*>(a);
+        const uint4* b16 = reinterpret_cast<const uint4*>(b);
+        uint4 pattern = make_uint4(0, 0, 0, 0);
+        if (j.pattern_len) {
+            unsigned char bytes[16];
+            for (int k = 0; k < 16; ++k) bytes[k] = b[k % j.pattern_len];
+            pattern = make_uint4(
+                bytes[0] | bytes[1] << 8 | bytes[2] << 16 | unsigned(bytes[3]) << 24,
+                bytes[4] | bytes[5] << 8 | bytes[6] << 16 | unsigned(bytes[7]) << 24,
+                bytes[8] | bytes[9] << 8 | bytes[10] << 16 | unsigned(bytes[11]) << 24,
+                bytes[12] | bytes[13] << 8 | bytes[14] << 16 | unsigned(bytes[15]) << 24);
+        }
+        for (unsigned long long w = evo_gate::global_index(); w < j.n / 16; w += evo_gate::global_stride()) {
+            const uint4 x = a16[w], y = j.pattern_len ? pattern : b16[w];
+            const unsigned int words[4] = {x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w};
+            for (int k = 0; k < 4; ++k) {
+                const unsigned int d = words[k];
+                const unsigned int bytes = (((d & 0x7f7f7f7fu) + 0x7f7f7f7fu) | d) & 0x80808080u;
+                if (bytes) {
+                    count += __popc(bytes);
+                    const unsigned long long at = w * 16 + 4 * k + (__ffs(bytes) - 1) / 8;
+                    first = first < at ? first : at;
+                }
+            }
+        }
+    } else {
+        for (unsigned long long u = evo_gate::global_index(); u < units; u += evo_gate::global_stride()) {
+            bool differs = false;
+            for (unsigned long long i = u * unit; i < (u + 1) * unit; ++i)
+                differs |= a[i] != (j.pattern_len ? b[i % j.pattern_len] : b[i]);
+            if (differs) {
+                ++count;
+                first = first < u ? first : u;
+            }
         }
     }
-    if (count) {
+    count = evo_gate::block_reduce(count, 0ull, evo_gate::Sum());
+    first = evo_gate::block_reduce(first, ~0ull, evo_gate::Min());
+    if (threadIdx.x == 0 && count) {
         atomicAdd(&out[0], count);
         atomicMin(&out[1], first);
     }

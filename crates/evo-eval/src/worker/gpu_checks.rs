@@ -807,6 +807,59 @@ mod tests {
         assert_eq!((d[1].count, d[1].first), (3, 2));
     }
 
+    /// On a GPU: regions compared 16 bytes at a time (aligned, whole words) count every
+    /// differing byte and name the first, as a byte-by-byte comparison on the host does,
+    /// wherever the bytes lie in their word, and across many blocks.
+    #[test]
+    fn gpu_differ_counts_every_byte_of_wide_regions() {
+        let Some((gpu, gate)) = gpu_with_kernels() else {
+            return;
+        };
+        let n = 3 << 20;
+        let base: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+        let a = gpu.alloc(n).unwrap();
+        let b = gpu.alloc(n).unwrap();
+        gpu.upload(&a, &base).unwrap();
+        for pokes in [
+            vec![],
+            vec![n - 1],
+            vec![5, 6, 7, 8, 1 << 20, (1 << 20) + 15, n - 16],
+            vec![2 * (1 << 20) + 3, 17, 16],
+        ] {
+            let mut other = base.clone();
+            for &i in &pokes {
+                other[i] ^= 0x80;
+            }
+            gpu.upload(&b, &other).unwrap();
+            let d = gate
+                .differ(&gpu, &[DifferJob::bytes(a.ptr(), b.ptr(), n as u64)])
+                .unwrap();
+            let first = pokes.iter().min().map_or(u64::MAX, |&i| i as u64);
+            assert_eq!(
+                (d[0].count, d[0].first),
+                (pokes.len() as u64, first),
+                "{pokes:?}"
+            );
+            // The same bytes against a repeated pattern (a guard region's check): one byte,
+            // and two (an f16 NaN) repeated.
+            for pattern in [vec![0xA5u8], vec![0x00, 0x7e]] {
+                let mut region: Vec<u8> = pattern.iter().copied().cycle().take(n).collect();
+                for &i in &pokes {
+                    region[i] ^= 0x80;
+                }
+                gpu.upload(&b, &region).unwrap();
+                let d = gate
+                    .differ_from_pattern(&gpu, &[(b.ptr(), n as u64)], &pattern, 1)
+                    .unwrap();
+                assert_eq!(
+                    (d[0].count, d[0].first),
+                    (pokes.len() as u64, first),
+                    "{pokes:?} against {pattern:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn blocks_cover_every_job_and_element() {
         let d = dims(3, 10_000);

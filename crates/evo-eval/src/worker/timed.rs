@@ -23,13 +23,18 @@ use crate::protocol::{CheckFailure, Job, ShapeJob, TimingPlan, TimingReport};
 use crate::timing;
 
 /// Times one call per input set, `sets` sets per replay of a CUDA graph, by the method of
-/// [`crate::timing`]: warm-up, one untimed replay (the graph's upload), then replays timed
-/// with CUDA events until the samples settle or the budget ends. `before` runs before each
-/// replay (fresh inputs, poison, L2 flush), `after` after each timed one (its checks).
-/// Returns per-launch times in µs.
+/// [`crate::timing`]: warm-up (passes over the sets for at least `warmup_ms`, at least one),
+/// one untimed replay (the graph's upload), then replays timed with CUDA events until the
+/// samples settle, the variant is out of contention (`contend_us`, see
+/// [`timing::out_of_contention`]) or the budget ends. `before` runs before each replay
+/// (fresh inputs, poison, L2 flush), `after` after each timed one (its checks). Returns
+/// per-launch times in µs.
+#[allow(clippy::too_many_arguments)]
 pub fn measure<E: From<CudaError>>(
     gpu: &Gpu,
     plan: &TimingPlan,
+    warmup_ms: f64,
+    contend_us: Option<f64>,
     sets: usize,
     launch: impl Fn(&Gpu, usize) -> Result<(), CudaError>,
     mut before: impl FnMut(&Gpu, usize) -> Result<(), E>,
@@ -43,7 +48,7 @@ pub fn measure<E: From<CudaError>>(
             launch(gpu, set)?;
         }
         gpu.synchronize()?;
-        if warm.elapsed().as_secs_f64() * 1e3 >= plan.warmup_ms {
+        if warm.elapsed().as_secs_f64() * 1e3 >= warmup_ms {
             break;
         }
     }
@@ -67,7 +72,10 @@ pub fn measure<E: From<CudaError>>(
         end.synchronize()?;
         samples.push(start.elapsed_ms(&end)? as f64 * 1e3 / sets as f64);
         after(gpu, replay)?;
-        if timing::settled(&samples, plan) || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms {
+        if timing::settled(&samples, plan)
+            || timing::out_of_contention(&samples, contend_us)
+            || begun.elapsed().as_secs_f64() * 1e3 > plan.budget_ms
+        {
             break;
         }
     }
@@ -111,6 +119,7 @@ impl Worker {
         functions: &[Function],
         shape: &ShapeJob,
         plan: &TimingPlan,
+        warmup_ms: f64,
     ) -> Result<TimingReport, Stop> {
         let vars = &shape.vars;
         let call: Call = problem.default_call(vars);
@@ -204,6 +213,7 @@ impl Worker {
         let check_sets = |replay: usize, which: &[usize]| -> Result<Option<CheckFailure>, Stop> {
             for chunk in which.chunks(slots) {
                 let (_, f) = &self.references[&reference.entry];
+                let references = stages.timer("timing_reference");
                 for (slot, &set) in chunk.iter().enumerate() {
                     let bind = super::bind_args(
                         &reference.args,
@@ -216,6 +226,8 @@ impl Worker {
                     .map_err(Stop::Setup)?;
                     gpu.launch(f, &reference.launch, &bind)?;
                 }
+                gpu.synchronize()?;
+                drop(references);
                 let compares: Vec<CompareJob> = chunk
                     .iter()
                     .enumerate()
@@ -281,18 +293,33 @@ impl Worker {
         };
         // Every guard region of every set, in one pass.
         let all_sets: Vec<&CallBuffers> = sets.iter().collect();
-        let guards =
-            || -> Result<Option<CheckFailure>, Stop> { Ok(changed_guard(gpu, gate, &all_sets)?) };
+        let guards = || -> Result<Option<CheckFailure>, Stop> {
+            let _t = stages.timer("timing_guards");
+            Ok(changed_guard(gpu, gate, &all_sets)?)
+        };
+        // The checks' own stages, counted apart from the stage they run in.
+        const CHECK_PARTS: [&str; 2] = ["timing_reference", "timing_guards"];
+        let exclusive = |stage: &str, since: Instant, parts_before: f64| {
+            let parts = stages.sum_of(&CHECK_PARTS) - parts_before;
+            stages.add_ms(stage, since.elapsed().as_secs_f64() * 1e3 - parts);
+        };
         stages.add("timing_setup", setup);
         let mut verified = 0u32;
         let mut last_replay = 0usize;
         // The replays themselves (warm-up, capture, timed launches): the measurement's
         // time less its fills and checks, which count as their own stages.
-        let inner = ["timing_fill", "timing_verify"];
+        let inner = [
+            "timing_fill",
+            "timing_verify",
+            "timing_reference",
+            "timing_guards",
+        ];
         let (inner_before, replays) = (stages.sum_of(&inner), Instant::now());
         let samples = measure(
             gpu,
             plan,
+            warmup_ms,
+            shape.contend_us,
             sets.len(),
             |g, set| launch_sequence(g, functions, &shape.launches, &args[set]),
             |g, replay| -> Result<(), Stop> {
@@ -312,11 +339,12 @@ impl Worker {
                 Ok(())
             },
             |_, replay| -> Result<(), Stop> {
-                let _t = stages.timer("timing_verify");
+                let (since, parts) = (Instant::now(), stages.sum_of(&CHECK_PARTS));
                 let set = pick.random_range(0..sets.len());
                 if let Some(f) = check_sets(replay, &[set])?.or(guards()?) {
                     return Err(Stop::Check(format!("{}: {f}", describe(vars))));
                 }
+                exclusive("timing_verify", since, parts);
                 verified += 1;
                 Ok(())
             },
@@ -325,11 +353,12 @@ impl Worker {
             "timing_replays",
             replays.elapsed().as_secs_f64() * 1e3 - (self.stages.sum_of(&inner) - inner_before),
         );
-        let _t = self.stages.timer("timing_verify_all");
+        let (since, parts) = (Instant::now(), stages.sum_of(&CHECK_PARTS));
         let every: Vec<usize> = (0..sets.len()).collect();
         if let Some(f) = check_sets(last_replay, &every)? {
             return Err(Stop::Check(format!("{}: {f}", describe(vars))));
         }
+        exclusive("timing_verify_all", since, parts);
         verified += sets.len() as u32;
         let (median, p20, p80) = timing::summary(&samples);
         let info = &gpu.info;
@@ -355,6 +384,7 @@ impl Worker {
             info.clock_mhz,
             elem,
         );
+        let out_of_contention = timing::out_of_contention(&samples, shape.contend_us);
         Ok(TimingReport {
             median_us: median,
             p20_us: p20,
@@ -367,6 +397,7 @@ impl Worker {
             gb_per_s: problem.min_bytes(vars) / (median * 1e-6) / 1e9,
             verified_launches: verified,
             floor_us: floor,
+            out_of_contention,
         })
     }
 }
