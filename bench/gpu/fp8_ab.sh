@@ -10,7 +10,10 @@
 #     not), then on the same shapes the genomes of bench/gpu/fp8_ab_genomes.txt: the new family's
 #     candidates, the previous FP8 family's best (47a897e6) and the fp16 family's 01815f20-L.
 #  3. table: per shape and genome kernel us, TFLOP/s, ratio to cuDNN fp16 (bench/gpu/fp8_ab_table.py).
-# Usage: bench/gpu/fp8_ab.sh [--phases check,ab] [--dry-run] [--table]
+#  4. ncu (NCU=1, or in --phases): Nsight Compute on one launch at (4,16,4096,128) of the new
+#     family's first two genomes and the old family's best: tensor (gmma) pipe and exp2 unit (XU
+#     pipe) activity, issue slots busy, instructions executed, duration.
+# Usage: bench/gpu/fp8_ab.sh [--phases check,ab,ncu] [--dry-run] [--table]
 #   --dry-run  print every command instead of running it (no GPU needed)
 #   --table    only (re)print the table from the JSON already under $OUT
 set -uo pipefail
@@ -20,6 +23,7 @@ EVO=${EVO:-$PWD/.gpu/evo}
 GENOMES=bench/gpu/fp8_ab_genomes.txt
 SHAPES=bench/gpu/fp8_ab_shapes.toml
 PHASES=check,ab
+[ "${NCU:-0}" = 1 ] && PHASES=$PHASES,ncu
 DRY=0
 TABLE_ONLY=0
 while [ $# -gt 0 ]; do
@@ -27,12 +31,12 @@ while [ $# -gt 0 ]; do
     --phases) PHASES=${2:?--phases needs a list, e.g. check,ab}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     --table) TABLE_ONLY=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "fp8_ab.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 for p in ${PHASES//,/ }; do
-  case "$p" in check|ab) ;; *) echo "fp8_ab.sh: unknown phase $p (check, ab)" >&2; exit 2 ;; esac
+  case "$p" in check|ab|ncu) ;; *) echo "fp8_ab.sh: unknown phase $p (check, ab, ncu)" >&2; exit 2 ;; esac
 done
 has_phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
@@ -103,6 +107,19 @@ if has_phase ab; then
   run 30 "$OUT/ab_old.json" "$EVO" --json eval -c "$tmp/ab_old.toml" --templates templates "${G_OLD[@]}"
   run 30 "$OUT/ab_f16.json" "$EVO" --json eval -c "$tmp/ab_f16.toml" --templates templates "${G_F16[@]}"
   [ $DRY = 1 ] || table
+fi
+if has_phase ncu; then
+  METRICS=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
+  # (4,16,4096,128) alone, non-causal: the timing config's first shape.
+  awk '/^\[\[shapes\]\]/{n++} /^\[compile\]/{rest=1} n <= 1 || rest' "$SHAPES" > "$tmp/ncu_new.toml"
+  sed 's/^family = .*/family = "sdpa_fwd_fp8_wgmma"/' "$tmp/ncu_new.toml" > "$tmp/ncu_old.toml"
+  mapfile -t NEW2 < <(sed 's/#.*//' "$GENOMES" | awk 'NF == 4 && $2 == "new" {print $1, $4}' | head -2)
+  for entry in "${NEW2[@]}" "$(sed 's/#.*//' "$GENOMES" | awk 'NF == 4 && $2 == "old" {print $1, $4; exit}')"; do
+    name=${entry%% *}; genome=${entry#* }
+    cfg=$tmp/ncu_new.toml; [[ $name == old-* ]] && cfg=$tmp/ncu_old.toml
+    run 120 "$OUT/ncu_$name.csv" ncu --target-processes all -k regex:sdpa_fwd_fp8 --launch-skip 2 --launch-count 1 \
+      --metrics "$METRICS" --csv "$EVO" eval -c "$cfg" --templates templates -g "$genome" --no-timing
+  done
 fi
 cp "$tmp"/*.toml "$OUT/" 2>/dev/null
 echo "total ${SECONDS}s"

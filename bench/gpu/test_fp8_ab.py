@@ -29,7 +29,7 @@ def genomes(code):
 
 class Arguments(unittest.TestCase):
     def test_unknown_phase_and_argument_are_usage_errors(self):
-        self.assertEqual(script("--phases", "ncu").returncode, 2)
+        self.assertEqual(script("--phases", "check,profile").returncode, 2)
         self.assertEqual(script("--bogus").returncode, 2)
 
 
@@ -67,6 +67,23 @@ class DryRun(unittest.TestCase):
         self.assertIn('problem = "sdpa_fwd"', f16)
         self.assertIn('family = "sdpa_fwd_wgmma"', f16)
         self.assertTrue(any("torch_sdpa_baseline.py bench/gpu/fp8_ab_shapes.toml" in l for l in self.lines))
+
+
+class Ncu(unittest.TestCase):
+    def test_ncu_profiles_one_long_shape_of_two_new_genomes_and_the_old_best(self):
+        out = tempfile.mkdtemp()
+        r = script("--dry-run", "--phases", "ncu", out=out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stdout.splitlines() if l.startswith("[dry-run]")]
+        self.assertEqual(len(lines), 3)
+        self.assertTrue(all("sm__pipe_tensor_op_gmma_cycles_active" in l and "pipe_xu" in l for l in lines))
+        self.assertIn(genomes("new")[0], lines[0])
+        self.assertIn(genomes("old")[0], lines[2])
+        cfg = (Path(out) / "ncu_new.toml").read_text()
+        self.assertEqual(cfg.count("[[shapes]]"), 1)
+        self.assertIn("SEQ_Q = 4096", cfg)
+        self.assertIn("[compile]", cfg)
+        self.assertIn('family = "sdpa_fwd_fp8_wgmma"', (Path(out) / "ncu_old.toml").read_text())
 
 
 class Table(unittest.TestCase):
