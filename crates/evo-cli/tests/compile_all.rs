@@ -339,6 +339,37 @@ fn a_covering_sample_of_fp8_wgmma_genomes_compiles_with_qgmma() {
     }
 }
 
+/// A covering sample of the FP8 family on the fp16 schedule (sdpa_fwd_fp8_ws, issue 19)
+/// compiles for sm_90a (head dims 64 and 128; f16 non-causal and bf16 causal) without spills or
+/// a stack frame, both GEMMs as QGMMA: Q K^T HEAD_DIM / 32 and P V BLOCK_N / 32 k32 steps per
+/// tile, no HGMMA or HMMA anywhere (V is never decoded to f16).
+#[test]
+fn a_covering_sample_of_fp8_ws_genomes_compiles_with_qgmma_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("configs/sdpa_fp8_ws_search.toml")).unwrap();
+    for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+        let cfg = variant(
+            &dir.path().join(format!("fp8-ws-{causal}-{dtype}.toml")),
+            &text,
+            causal,
+            dtype,
+        );
+        let reports = compile(&["--cover"], &cfg);
+        assert!(reports.len() >= 6, "{}", reports.len());
+        check_kernel_with(&reports, "sdpa_fwd_fp8", "QGMMA");
+        for r in &reports {
+            let g = r["genome"].as_str().unwrap();
+            let count = |op: &str| {
+                r["sass"]["sdpa_fwd_fp8"]["tensor"][op]
+                    .as_u64()
+                    .unwrap_or(0)
+            };
+            assert_eq!(count("HGMMA"), 0, "{g}: {}", r["sass"]);
+            assert_eq!(count("HMMA"), 0, "{g}: {}", r["sass"]);
+        }
+    }
+}
+
 /// A sample of each split-KV attention family that uses every value of every knob compiles
 /// for sm_90a (both head dims; f16 non-causal and bf16 causal) without spills or a stack
 /// frame in either kernel: the attention kernel with its tensor-core instructions (HGMMA for

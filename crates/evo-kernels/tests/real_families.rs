@@ -451,6 +451,67 @@ fn every_valid_fp8_wgmma_genome_renders_and_every_knob_matters() {
     assert_every_knob_value_changes_the_code(&f, &space, 1);
 }
 
+/// The Hopper FP8 family on the fp16 family's schedule (sdpa_fwd_fp8_ws, issue 19): every
+/// valid genome renders for every specialization (head dims 64 and 128, causal or not, f16 and
+/// bf16 output) to distinct code with the genome's tile sizes and the V^T swizzle its BLOCK_N
+/// allows, every value of every knob changes the code, the family asks the static gate for
+/// QGMMA and passes q, k, v contiguous (its TMA tensor maps ignore strides).
+#[test]
+fn every_valid_fp8_ws_genome_renders_and_every_knob_matters() {
+    let f = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_ws").unwrap();
+    assert_eq!(f.min_arch, 90);
+    assert_eq!(f.require_sass, vec!["QGMMA".to_string()]);
+    assert_eq!(f.contiguous, vec!["q", "k", "v"]);
+    let specs = fp8_specs(&[64, 128]);
+    let space = f.space(specs.contexts()).unwrap();
+    let mut sources = BTreeSet::new();
+    let mut count = 0;
+    let mut block_ns = BTreeSet::new();
+    for g in space.iter_valid() {
+        let bn = match g.get("BLOCK_N") {
+            Some(evo_core::Value::Int(n)) => *n,
+            other => panic!("BLOCK_N {other:?}"),
+        };
+        block_ns.insert(bn);
+        let vt_sw = if bn % 128 == 0 {
+            128
+        } else if bn % 64 == 0 {
+            64
+        } else {
+            32
+        };
+        for spec in 0..specs.specs.len() {
+            let src = f.render(&space, &g, spec).unwrap();
+            assert!(src.contains("extern \"C\""), "{}", g.canonical());
+            assert!(
+                src.contains(&format!("BLOCK_N = {bn},")),
+                "{}",
+                g.canonical()
+            );
+            assert!(
+                src.contains(&format!("VT_SW = {vt_sw},")),
+                "{}",
+                g.canonical()
+            );
+            assert!(src.contains("struct Qgmma<"), "{}", g.canonical());
+            if spec == 0 {
+                sources.insert(src.split_once('\n').unwrap().1.to_string());
+            }
+        }
+        count += 1;
+    }
+    // `evo space` of configs/sdpa_fp8_ws_search.toml: 10368 combinations, 1300 valid (the rings
+    // and the register estimate at head dim 128 bound them); every BLOCK_N is valid somewhere.
+    assert_eq!(count, 1300);
+    assert_eq!(block_ns.len(), 6, "{block_ns:?}");
+    assert_eq!(
+        sources.len(),
+        count,
+        "two genomes rendered to identical code"
+    );
+    assert_every_knob_value_changes_the_code(&f, &space, 1);
+}
+
 /// The split-KV families (sdpa_fwd_mma_splitkv, sdpa_fwd_wgmma_splitkv) are their base
 /// family (knobs, derived values, constraints, template, arch, required opcodes) plus the
 /// KV_SPLITS knob (the mma one with EPILOGUE pinned to "direct"), SPLITS redefined as it:
