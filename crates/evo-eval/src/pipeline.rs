@@ -126,6 +126,19 @@ impl Evaluator {
     }
 }
 
+/// Genomes evaluated together share the contents of their timed shapes' last replay (and so
+/// its references): the job ids of 16 consecutive candidates (`id` is a candidate's id × 16 +
+/// its specialization) and the run's salt give one seed.
+pub const BATCH_CANDIDATES: u64 = 16;
+
+fn batch_seed(salt: u64, id: u64) -> u64 {
+    let batch = (id / 16) / BATCH_CANDIDATES;
+    let mut x = salt ^ batch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xb47c_5eed;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// Fresh seeds for a candidate: a function of its label and the run's salt, so each
 /// variant sees different inputs and a rerun sees the same ones.
 pub fn seeds(label: &str, salt: u64, count: u32) -> Vec<u64> {
@@ -248,6 +261,7 @@ impl Evaluator {
                 end_to_end: self.gates.correctness.tolerance.get("end_to_end").copied(),
             },
             timing: self.gates.timing.clone(),
+            batch_seed: Some(batch_seed(salt, id)),
             contiguous: c.contiguous.clone(),
         };
         let r = self.pool.evaluate(job).await;
@@ -470,6 +484,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn batches_share_a_seed_within_and_not_across() {
+        // Job ids are a candidate's id x 16 + its specialization.
+        let job = |candidate: u64, spec: u64| candidate * 16 + spec;
+        let first = batch_seed(7, job(0, 0));
+        assert_eq!(batch_seed(7, job(15, 3)), first, "same batch of 16 candidates");
+        assert_ne!(batch_seed(7, job(16, 0)), first, "the next batch");
+        assert_ne!(batch_seed(8, job(0, 0)), first, "another run");
     }
 
     #[test]

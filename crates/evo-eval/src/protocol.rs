@@ -46,6 +46,11 @@ pub struct Job {
     pub correctness: CorrectnessPlan,
     /// `None`: correctness only.
     pub timing: Option<TimingPlan>,
+    /// The seed of the input contents of each timed shape's last replay, shared by the jobs
+    /// of a batch of genomes so the references of those sets are computed once per batch
+    /// (`None`: the job's own, nothing shared). Kernels never see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_seed: Option<u64>,
     /// Tensors (by the problem's names) the variant needs contiguous (a family's
     /// `contiguous`, a hand-written kernel's `// evo-contiguous:`): the gate varies the
     /// layout of every other tensor only.
@@ -382,6 +387,7 @@ mod tests {
                 end_to_end: None,
             },
             timing: None,
+            batch_seed: None,
             contiguous: vec![],
         };
         let line = serde_json::to_string(&Request::Evaluate(Box::new(job.clone()))).unwrap();

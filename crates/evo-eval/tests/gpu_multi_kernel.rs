@@ -153,6 +153,7 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
             budget_ms: 500.0,
             ..TimingPlan::default()
         }),
+        batch_seed: None,
         contiguous: vec!["a".into()],
     }
 }
@@ -295,6 +296,7 @@ fn fp8_end_to_end_family_through_the_worker() {
             budget_ms: 500.0,
             ..TimingPlan::default()
         }),
+        batch_seed: None,
         contiguous: c.contiguous.clone(),
     };
     let jobs = [make(1, &[0, 1, 2, 3]), make(2, &[3, 0, 1, 2])];

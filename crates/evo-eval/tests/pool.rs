@@ -54,6 +54,7 @@ fn job(id: u64) -> Job {
             end_to_end: None,
         },
         timing: None,
+        batch_seed: None,
         contiguous: vec![],
     }
 }

@@ -73,6 +73,7 @@ pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::
         compiler: None,
         gate: None,
         stages: Stages::default(),
+        final_refs: Default::default(),
     };
     let ready = Response::Ready {
         pid: std::process::id(),
@@ -121,6 +122,8 @@ struct Worker {
     gate: Option<gpu_checks::GateKernels>,
     /// Time per stage of the job in hand (`JobResult::stages_ms`).
     stages: Stages,
+    /// References of the last timed replays of the current batch of jobs.
+    final_refs: std::cell::RefCell<timed::FinalReferences>,
 }
 
 /// A stage being timed (see [`Stages::timer`]).
