@@ -1143,7 +1143,7 @@ fn genome_run(db: &Path, r: &OneGenome) {
 }
 
 /// A genome of the split-KV Hopper family: two kernels, tensor maps and two scratch buffers.
-const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A variant of several kernels with scratch exports: both launches in order with their
 /// arguments, the scratch buffers with their lengths, the Python plan's launches and
@@ -1244,7 +1244,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
 
 /// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
 const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
 /// tensor maps) exports: the manifest names every argument, the Python binding encodes
