@@ -491,6 +491,54 @@ fn wgmma_scheduler_launches_and_renders() {
     assert!(grid > 0 && persistent > 0, "{grid} {persistent}");
 }
 
+/// Genomes recorded before SCHEDULER existed (stored runs, seeds, manifests) name no
+/// SCHEDULER: `[defaults] SCHEDULER = "grid"` completes them, so they render exactly the
+/// source of SCHEDULER=grid (header included: the completed genome is the genome), in the
+/// Hopper family and its split-KV family (which inherits the default).
+#[test]
+fn wgmma_genomes_before_scheduler_render_as_grid() {
+    let specs = sdpa_specs();
+    for name in ["sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv"] {
+        let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
+        let space = f.space(specs.contexts()).unwrap();
+        assert_eq!(
+            space.defaults().get("SCHEDULER"),
+            Some(&"grid".into()),
+            "{name}"
+        );
+        let mut checked = 0;
+        for g in space
+            .iter_valid()
+            .filter(|g| g.get("SCHEDULER") == Some(&"grid".into()))
+            .step_by(11)
+        {
+            let old: Genome = g
+                .iter()
+                .filter(|(k, _)| *k != "SCHEDULER")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert!(matches!(
+                space.check_genome(&old),
+                Err(evo_core::SpaceError::MissingKnobs(_))
+            ));
+            let completed = space.complete(&old).unwrap();
+            assert_eq!(completed, g);
+            assert_eq!(completed.hash(), g.hash());
+            assert!(space.rejection(&completed).is_none());
+            for spec in 0..specs.specs.len() {
+                assert_eq!(
+                    f.render(&space, &old, spec).unwrap(),
+                    f.render(&space, &g, spec).unwrap(),
+                    "{name} {}",
+                    g.canonical()
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked > 5, "{name}: {checked}");
+    }
+}
+
 /// The Hopper FP8 family (native e4m3 wgmma): every valid genome renders for every
 /// specialization (head dims 64 and 128, causal or not, f16 and bf16 output) to distinct code
 /// holding e4m3 wgmma and the end-to-end quantizer, every value of every knob is valid
