@@ -246,3 +246,67 @@ fn origin(o: evo_search::Origin) -> Origin {
         evo_search::Origin::Exhaustive => Origin::Exhaustive,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evo_core::{Knob, Space, Value};
+    use evo_store::{CandidateId, Origin, RunId};
+
+    fn stored(id: i64, genome: &str) -> Candidate {
+        let g = Genome::parse(genome).unwrap();
+        Candidate {
+            id: CandidateId(id),
+            run_id: RunId(1),
+            genome: g.canonical(),
+            hash: g.hash().0,
+            generation: 0,
+            parents: Vec::new(),
+            origin: Origin::Random,
+            status: None,
+            gate: None,
+            detail: None,
+            resources: None,
+            fitness: None,
+            source_key: None,
+            created_at: String::new(),
+            evaluated_at: None,
+            eval_ms: None,
+            evaluated_by: None,
+            claims: 0,
+            lease_owner: None,
+        }
+    }
+
+    /// A run stored before knob B existed resumes: its genomes are their completions in
+    /// the history (so the search does not propose them again), and a proposal's parents
+    /// name the rows by their stored hashes.
+    #[test]
+    fn stored_genomes_that_predate_a_knob_are_their_completions() {
+        let knob = |name: &str, values: &[i64]| Knob {
+            name: name.into(),
+            values: values.iter().map(|v| Value::Int(*v)).collect(),
+        };
+        let space = Space::new(
+            vec![knob("A", &[1, 2]), knob("B", &[0, 1])],
+            vec![],
+            vec![],
+            vec![],
+        )
+        .unwrap()
+        .with_defaults([("B".to_string(), Value::Int(0))])
+        .unwrap();
+        let old = stored(1, "A=1");
+        let new = stored(2, "A=2,B=1");
+        let candidates = [old.clone(), new.clone()];
+        let history = history_of(&candidates, &space).unwrap();
+        let completed = Genome::parse("A=1,B=0").unwrap();
+        assert!(history.contains(&completed.hash()));
+        assert!(history.contains(&Genome::parse(&new.genome).unwrap().hash()));
+        assert_eq!(history.len(), 2);
+        assert_eq!(stored_genome(&old, &space).unwrap(), completed);
+        let hashes = stored_hashes(&candidates, &space);
+        assert_eq!(hashes.len(), 1);
+        assert_eq!(hashes.get(&completed.hash().0), Some(&old.hash));
+    }
+}
