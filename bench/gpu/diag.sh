@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
 export EVO_CACHE_DIR=/tmp/evo-cache RUST_LOG=evo_eval=info
 EVO=${EVO:-.gpu/evo}
 MMA=${MMA:-BLOCK_M=16,BLOCK_N=16,EPILOGUE=direct,NUM_WARPS=1,PRODUCER_WARPS=1,Q_IN_REGS=false,STAGES=4,SWIZZLE=none,WARP_SPEC=off}
-HOP=${HOP:-BLOCK_N=64,CONSUMER_WG=1,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=false,STAGES=4,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows}
+HOP=${HOP:-BLOCK_N=64,CONSUMER_WG=1,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=4,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows}
 for which in mma hop; do
   cfg=configs/sdpa.toml; g=$MMA
   [ $which = hop ] && { cfg=configs/sdpa_wgmma_quick.toml; g=$HOP; }

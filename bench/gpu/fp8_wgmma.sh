@@ -18,8 +18,8 @@ echo "== the FP8 mma.sync family and the fp16 wgmma family on the same shapes (t
 timeout 120 $EVO eval -c configs/sdpa_fp8.toml --cover 2>&1 | tee "$OUT/eval_fp8_mma.txt"; echo "exit ${PIPESTATUS[0]}"
 timeout 80 $EVO eval -c configs/sdpa_wgmma.toml --cover 2>&1 | tee "$OUT/eval_wgmma.txt"; echo "exit ${PIPESTATUS[0]}"
 echo "== evo profile of family genomes with their own arguments"
-timeout 120 $EVO profile -c configs/sdpa_wgmma.toml -g "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows" \
+timeout 120 $EVO profile -c configs/sdpa_wgmma.toml -g "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows" \
   --shape BATCH=1,HEADS=2,SEQ_Q=200,SEQ_KV=300,HEAD_DIM=64,DTYPE=f16,CAUSAL=false --tools ncu,memcheck 2>&1 | tee "$OUT/profile_wgmma.txt"; echo "exit ${PIPESTATUS[0]}"
-timeout 120 $EVO profile -c configs/sdpa_wgmma_splitkv.toml -g "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=8,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows" \
+timeout 120 $EVO profile -c configs/sdpa_wgmma_splitkv.toml -g "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=8,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows" \
   --shape BATCH=1,HEADS=2,SEQ_Q=64,SEQ_KV=1000,HEAD_DIM=64,DTYPE=f16,CAUSAL=false --tools ncu,memcheck 2>&1 | tee "$OUT/profile_splitkv.txt"; echo "exit ${PIPESTATUS[0]}"
 echo "total ${SECONDS}s"

@@ -12,7 +12,7 @@
 #     previous kernel ("old": templates from $BASELINE_TEMPLATES, e.g. made by
 #     bench/kernel/baseline_templates.sh) against the new one (./templates).
 #  3. ncu (NCU=1, or in --phases): Nsight Compute on one launch at (4,16,4096,128) of the old
-#     01815f20 and the new 01815f20-L and n176-L: tensor (gmma) pipe active, issue slots busy,
+#     01815f20 and the new 01815f20-L and 01815f20-LP (persistent): tensor (gmma) pipe active, issue slots busy,
 #     instructions executed, L2 and DRAM throughput, duration (ncu around evo eval --no-timing,
 #     its worker processes included, the third sdpa_fwd launch of each).
 # Usage: bench/gpu/kernel_ab.sh [--phases check,ab,ncu] [--dry-run] [--table]
@@ -122,7 +122,7 @@ fi
 
 if has_phase ncu; then
   METRICS=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
-  for name in old-01815f20 new-01815f20-L new-n176-L; do
+  for name in old-01815f20 new-01815f20-L new-01815f20-LP; do
     read -r tmpl genome < <(sed 's/#.*//' "$GENOMES" | awk -v n="$name" '$1 == n {print $2, $4}')
     t=templates; [ "$tmpl" = old ] && t=$BASE_T
     [ -d "$t" ] || continue

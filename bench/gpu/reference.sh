@@ -25,7 +25,7 @@ timeout 120 $EVO eval -c configs/sdpa_wgmma.toml --pairwise --no-timing 2>&1 | g
 echo "== [${SECONDS}s] one genome on the long shapes (every gate)"
 start=$SECONDS
 timeout 120 $EVO -v eval -c configs/sdpa_wgmma_large.toml \
-  -g "BLOCK_N=128,CONSUMER_WG=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=always,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=64,WARP_SPEC=on,WG_SPLIT=rows" > "$OUT/eval_large.txt" 2> "$OUT/eval_large.err"
+  -g "BLOCK_N=128,CONSUMER_WG=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=64,WARP_SPEC=on,WG_SPLIT=rows" > "$OUT/eval_large.txt" 2> "$OUT/eval_large.err"
 echo "exit $? after $((SECONDS - start)) s" | tee -a "$OUT/eval_large.txt"
 grep -h "evaluated job=\|check_ms" "$OUT/eval_large.err" | tail -n 5 | tee -a "$OUT/eval_large.txt"
 echo "total ${SECONDS}s"

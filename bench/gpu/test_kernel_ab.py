@@ -49,10 +49,15 @@ class Arguments(unittest.TestCase):
             r = script("--dry-run", "--phases", "ab", env={"BASELINE_TEMPLATES": base})
             evals = [l for l in r.stdout.splitlines() if " --json eval " in l]
             old = [l for l in evals if f"--templates {base}" in l]
-            self.assertEqual(len(old), 4, "old genomes run on every set they list")
-            # The old genomes have no RESCALE knob; every new one has it.
+            # Old genomes on short, d64 and d128 (the 16k set times new ones only).
+            self.assertEqual(len(old), 3, "old genomes run on every set they list")
+            self.assertFalse(any("kernel_ab_16k" in l for l in old))
+            # The old genomes have no RESCALE knob; every new one has it, and SCHEDULER, persistent
+            # on every set.
             self.assertTrue(all("RESCALE" not in l for l in old))
-            self.assertTrue(all("RESCALE=" in l for l in evals if l not in old))
+            new = [l for l in evals if l not in old]
+            self.assertTrue(all("RESCALE=" in l and "SCHEDULER=grid" in l for l in new))
+            self.assertTrue(all("SCHEDULER=persistent" in l for l in new))
         r = script("--dry-run", "--phases", "ncu", env={"BASELINE_TEMPLATES": "/nonexistent"})
         self.assertEqual(sum(l.startswith("[dry-run]") and " ncu " in l for l in r.stdout.splitlines()), 2)
 

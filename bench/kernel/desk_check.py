@@ -8,7 +8,11 @@ share of the tiles and the merge of the warpgroups' results, the unmasked prefix
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
 (8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
 exp2, the maximum on raw scores with min for a negative scale, `hide`, the FLT_MIN clamp), the
-rescale policy (RESCALE: always / lazy) and the split-KV combine. Each case is compared
+rescale policy (RESCALE: always / lazy) and the split-KV combine; the query blocks come from a
+transcription of the template's Schedule (SCHEDULER grid: one per CTA; persistent: each CTA's
+units, causal as pairs of blocks), checked on its own over many (blocks, heads, batch, CTAs):
+every block once, the CTA's walk by `next` (empty units skipped, the last one known), and the
+work per CTA of the causal pairs. Each case is compared
 with a direct softmax attention over the visible keys. Scores are drawn directly (the matrix
 Q K^T), with adversarial rows (all zero, all very negative, one dominant key) or maxima rising
 along the keys.
@@ -152,6 +156,100 @@ def merge(parts):
     return out_m, out_l, out_o
 
 
+def schedule_unit(w, cta, ctas, n_mb, heads, batch, persistent, causal):
+    """Schedule::unit: unit w of CTA `cta` of `ctas` as (m_block, head, bat), None past the
+    CTA's last; m_block -1: an empty unit (the missing partner of an odd causal pair)."""
+    if not persistent:
+        # grid (x, y, z) = (n_mb, heads, batch): CTA number = x + n_mb (y + heads z).
+        if w > 0:
+            return None
+        x, yz = cta % n_mb, cta // n_mb
+        return ((n_mb - 1 - x) if causal else x, yz % heads, yz // heads)
+    item_blocks = 2 if causal else 1
+    n_per_head = (n_mb + item_blocks - 1) // item_blocks
+    n_items = n_per_head * heads * batch
+    item = cta + (w // item_blocks) * ctas
+    if item >= n_items:
+        return None
+    p, bh = item % n_per_head, item // n_per_head
+    if item_blocks == 1:
+        m = p
+    else:
+        heavy = n_mb - 1 - p
+        m = heavy if w % 2 == 0 else (-1 if p == heavy else p)
+    return (m, bh % heads, bh // heads)
+
+
+def schedule_next(w, *args):
+    """Schedule::next: (w_next, unit) of the next non-empty unit after w, or None."""
+    for wn in (w + 1, w + 2):
+        u = schedule_unit(wn, *args)
+        if u is None:
+            return None
+        if u[0] >= 0:
+            return wn, u
+    return None
+
+
+def cta_walk(cta, ctas, n_mb, heads, batch, persistent, causal):
+    """The units a CTA runs, as the kernel's loops reach them (unit 0, then next_unit), each
+    with the consumers' last_unit flag."""
+    args = (cta, ctas, n_mb, heads, batch, persistent, causal)
+    u = schedule_unit(0, *args)
+    if u is None:  # (the kernel returns at once; the launch makes none: grid x <= work items)
+        return []
+    assert u[0] >= 0, "unit 0 is never empty"
+    out, w = [], 0
+    while True:
+        nxt = schedule_next(w, *args) if persistent else None
+        out.append((u, nxt is None))
+        if nxt is None:
+            return out
+        w, u = nxt
+
+
+def launch_ctas(n_mb, heads, batch, persistent, causal, sms=132):
+    """The family's grid rule (sdpa_fwd_wgmma.toml [launch]): CTAs launched."""
+    if not persistent:
+        return n_mb * heads * batch
+    item_blocks = 2 if causal else 1
+    return min(sms, -(-n_mb // item_blocks) * heads * batch)
+
+
+def check_schedules(rng: random.Random) -> int:
+    """Every (m_block, head, bat) exactly once over the CTAs' walks, whatever the CTA count;
+    last_unit only on a CTA's final unit; causal pairs: the KV tiles per CTA within one item of
+    each other when every item costs the same. Returns the number of failures."""
+    bad = 0
+    shapes = [(n_mb, h, b) for n_mb in (1, 2, 3, 5, 8, 32, 33) for h in (1, 3, 16) for b in (1, 2, 4)]
+    for n_mb, heads, batch in shapes:
+        for persistent, causal in itertools.product((False, True), repeat=2):
+            grids = [launch_ctas(n_mb, heads, batch, persistent, causal)]
+            if persistent:
+                grids += [1, 2, 7, rng.randrange(1, 300)]  # any grid must cover every block
+            for ctas in grids:
+                seen = []
+                for cta in range(ctas):
+                    walk_ = cta_walk(cta, ctas, n_mb, heads, batch, persistent, causal)
+                    seen += [u for u, _ in walk_]
+                    if any(last for _, last in walk_[:-1]) or (walk_ and not walk_[-1][1]):
+                        bad += 1
+                        print("SCHEDULE last_unit", (n_mb, heads, batch, persistent, causal, ctas, cta))
+                want = sorted((m, h, b) for m in range(n_mb) for h in range(heads) for b in range(batch))
+                if sorted(seen) != want:
+                    bad += 1
+                    print("SCHEDULE coverage", (n_mb, heads, batch, persistent, causal, ctas))
+                if persistent and causal and n_mb % 2 == 0:
+                    # Causal, seq_q = seq_kv, BLOCK_N = BLOCK_M: block m walks m + 1 tiles, a pair
+                    # n_mb + 1; CTAs differ by at most one item.
+                    cost = [sum(u[0] + 1 for u, _ in cta_walk(c, ctas, n_mb, heads, batch, True, True))
+                            for c in range(ctas)]
+                    if max(cost) - min(cost) > n_mb + 1:
+                        bad += 1
+                        print("SCHEDULE balance", (n_mb, heads, batch, ctas), min(cost), max(cost))
+    return bad
+
+
 def kernel(case) -> dict[int, list[float]]:
     """The kernel's output rows (row -> O[row]) for one case, following the template."""
     seq_q, seq_kv, causal, bn, cw, splits, scale, keys, V = (
@@ -173,7 +271,11 @@ def kernel(case) -> dict[int, list[float]]:
             assert row not in out, f"row {row} written twice"
             out[row] = o
 
-    for m_block in range((seq_q + block_m - 1) // block_m):
+    n_mb = (seq_q + block_m - 1) // block_m
+    persistent = case.get("persistent", False)
+    ctas = case.get("ctas") or launch_ctas(n_mb, 1, 1, persistent, causal)
+    units = [u for cta in range(ctas) for u, _ in cta_walk(cta, ctas, n_mb, 1, 1, persistent, causal)]
+    for m_block, _, _ in units:
         m0 = m_block * block_m
         kv_end = min(seq_kv, m0 + block_m) if causal else seq_kv
         n_all = (kv_end + bn - 1) // bn
@@ -276,7 +378,12 @@ def cases(quick: bool, rng: random.Random):
             scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
             kind = rng.choice(["random", "adversarial", "ramp"])
             keys = cw >= 2 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
-            yield make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
+            case = make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
+            # SCHEDULER persistent (rows, no split), on its own grid or a smaller one.
+            if not keys and splits == 1 and rng.random() < 0.5:
+                case["persistent"] = True
+                case["ctas"] = rng.choice([None, 1, 2])
+            yield case
 
 
 def main() -> int:
@@ -292,10 +399,13 @@ def main() -> int:
         # float64 throughout: only the FLT_MIN clamp of a zero scale perturbs the exponents.
         if not err <= 1e-9:
             bad += 1
-            keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind", "keys")
-            print("MISMATCH", {k: case[k] for k in keys}, f"err {err:.3g}")
+            keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind", "keys",
+                    "persistent", "ctas")
+            print("MISMATCH", {k: case.get(k) for k in keys}, f"err {err:.3g}")
     print(f"{n} cases, {bad} mismatches")
-    return 1 if bad else 0
+    sched_bad = check_schedules(rng)
+    print(f"schedules: {sched_bad} failures")
+    return 1 if bad or sched_bad else 0
 
 
 if __name__ == "__main__":

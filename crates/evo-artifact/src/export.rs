@@ -242,7 +242,8 @@ async fn sanitizer_gate(
         .filter(|p| p.tool == SanitizerVerdict::PROFILE_TOOL)
         .find_map(|p| serde_json::from_value::<SanitizerVerdict>(p.metrics).ok())
         .filter(|v| !matches!(v, SanitizerVerdict::NotRun { .. }));
-    let genome = c.parse_genome()?;
+    let stored_genome = c.parse_genome()?;
+    let genome = l.space.complete(&stored_genome).unwrap_or(stored_genome);
     let verdict = match stored {
         Some(v) => v,
         None => {
@@ -314,9 +315,12 @@ fn build_variant(
     measurements: &[evo_store::Measurement],
 ) -> Result<Built> {
     let problem = l.family.problem;
-    let genome = candidate.parse_genome()?;
-    l.space
-        .check_genome(&genome)
+    // A genome stored before a knob existed is completed with the family's defaults:
+    // the variant records the completed genome and its hash (the candidate id and the
+    // run's stored hash still name the row).
+    let genome = l
+        .space
+        .complete(&candidate.parse_genome()?)
         .with_context(|| format!("genome of candidate {}", candidate.id))?;
     if let Some(r) = l.space.rejection(&genome) {
         bail!(

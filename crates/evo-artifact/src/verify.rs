@@ -256,8 +256,10 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
                 v.run
             )
         })?;
-    l.space
-        .check_genome(&genome)
+    // A manifest written before a knob existed: its genome takes the knob's default.
+    let genome = l
+        .space
+        .complete(&genome)
         .with_context(|| format!("{}: genome `{}`", v.name, v.genome))?;
     if let Some(r) = l.space.rejection(&genome) {
         bail!(

@@ -479,7 +479,8 @@ pub struct TargetArgs {
 
 #[derive(Args, Debug)]
 pub struct GenomeArgs {
-    /// Genome as NAME=value,NAME=value (every knob).
+    /// Genome as NAME=value,NAME=value (every knob; one with a family `[defaults]` entry
+    /// may be left out, as in genomes recorded before it existed).
     #[arg(short, long)]
     pub genome: Option<String>,
     /// Instead of --genome: this many random valid genomes.

@@ -52,7 +52,7 @@ impl Picking for Context {
         match (&pick.genome, pick.random) {
             (Some(text), None) => {
                 let g = Genome::parse(text).context("--genome")?;
-                self.space.check_genome(&g).context("--genome")?;
+                let g = self.space.complete(&g).context("--genome")?;
                 if let Some(r) = self.space.rejection(&g) {
                     let spec = Genome::from_vars(self.specs.specs[r.context].clone()).canonical();
                     let why = match r.error {

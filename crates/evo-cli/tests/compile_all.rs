@@ -251,9 +251,10 @@ fn the_fp8_end_to_end_config_compiles_both_kernels() {
 /// The Hopper attention family compiles for sm_90a (both head dims): genomes combining every
 /// pair of knob values (f16 non-causal) and a covering sample (bf16 causal), without spills or
 /// a stack frame, with HGMMA (warpgroup MMA) in the SASS: the opcode the family requires from
-/// the static gate. (All 1452 genomes x 2 head dims, f16 non-causal, compiled spill-free when
+/// the static gate. (All 1452 grid genomes x 2 head dims, f16 non-causal, compiled spill-free when
 /// the register constraints were last measured: `evo compile --all -c configs/sdpa_wgmma.toml`,
-/// run in chunks of one BLOCK_N and RESCALE each.)
+/// run in chunks of one BLOCK_N and RESCALE each; the 678 persistent ones at head dim 128,
+/// causal and not, through a copy of the family constrained to SCHEDULER persistent.)
 #[test]
 fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
     let dir = tempfile::tempdir().unwrap();
@@ -270,7 +271,8 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
             assert!(reports.len() >= 20, "{}", reports.len());
             // The schedules this sample must reach: ping-pong over two and three consumer
             // warpgroups, every swizzle span, the 176- and 192-key tiles, the lazy rescale and
-            // consumers splitting the keys of one row block (two and three of them).
+            // consumers splitting the keys of one row block (two and three of them), the
+            // persistent scheduler with one to three consumers and with ping-pong.
             for needle in [
                 "CONSUMER_WG=2,LOADER=tma,OVERLAP=on,PINGPONG=on",
                 "CONSUMER_WG=3",
@@ -281,6 +283,9 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
                 "RESCALE=lazy",
                 "CONSUMER_WG=2,WG_SPLIT=keys",
                 "CONSUMER_WG=3,WG_SPLIT=keys",
+                "CONSUMER_WG=1,SCHEDULER=persistent",
+                "CONSUMER_WG=3,SCHEDULER=persistent",
+                "PINGPONG=on,SCHEDULER=persistent",
             ] {
                 let hit = reports.iter().any(|r| {
                     let g = r["genome"].as_str().unwrap();
@@ -290,6 +295,10 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
             }
         } else {
             assert!(reports.len() >= 6, "{}", reports.len());
+            assert!(reports.iter().any(|r| r["genome"]
+                .as_str()
+                .unwrap()
+                .contains("SCHEDULER=persistent")));
         }
         check_kernel_with(&reports, "sdpa_fwd", "HGMMA");
     }

@@ -1143,7 +1143,7 @@ fn genome_run(db: &Path, r: &OneGenome) {
 }
 
 /// A genome of the split-KV Hopper family: two kernels, tensor maps and two scratch buffers.
-const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A variant of several kernels with scratch exports: both launches in order with their
 /// arguments, the scratch buffers with their lengths, the Python plan's launches and
@@ -1244,7 +1244,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
 
 /// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
 const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
 /// tensor maps) exports: the manifest names every argument, the Python binding encodes
@@ -1299,6 +1299,72 @@ fn export_of_a_family_with_tensor_map_arguments() {
     let v = evo(&db).arg("verify").arg(&out).assert();
     let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
     assert!(stdout.contains("hashes: ok"), "{stdout}");
+    assert!(stdout.contains("manifest: consistent"), "{stdout}");
+}
+
+/// A run recorded before SCHEDULER existed: its genome names no SCHEDULER. The family's
+/// `[defaults] SCHEDULER = "grid"` completes it: `evo export` freezes the completed genome
+/// (the manifest's genome and hash are W's, the source is W's), the stored row is still
+/// found by its stored hash, `evo render -g` takes the old text, and the artifact verifies.
+#[test]
+fn export_of_a_run_recorded_before_a_knob_existed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let old = W.replace("SCHEDULER=grid,", "");
+    assert_ne!(old, W);
+    one_genome_run(
+        &db,
+        "before",
+        "sdpa_wgmma",
+        "sdpa_fwd_wgmma",
+        &old,
+        &shapes(),
+    );
+    let out = tmp.path().join("art");
+    evo(&db)
+        .args(["export", "--unsanitized", "before", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let m = manifest(&out);
+    let w = Genome::parse(W).unwrap();
+    let variants = m["variants"].as_array().unwrap();
+    assert!(!variants.is_empty());
+    for v in variants {
+        assert_eq!(v["genome"], W);
+        assert_eq!(v["genome_hash"], w.hash().0.as_str());
+    }
+    // The stored row keeps its stored text and hash: `evo show` finds it by that hash.
+    let old_hash = Genome::parse(&old).unwrap().hash().0;
+    let show = evo(&db).args(["show", &old_hash[..8]]).assert().success();
+    let stdout = String::from_utf8_lossy(&show.get_output().stdout).to_string();
+    assert!(stdout.contains(&old_hash[..8]), "{stdout}");
+    // Its source is the completed genome's.
+    let source = evo(&db)
+        .args(["show", &old_hash[..8], "--source"])
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&source.get_output().stdout).to_string();
+    assert!(
+        stdout.contains(&format!("genome {W} [{}]", w.hash())),
+        "{stdout}"
+    );
+    // `evo render -g OLD` is `evo render -g W`.
+    let config = root().join("configs/sdpa_wgmma.toml");
+    let render = |g: &str| {
+        let o = evo(&db)
+            .arg("render")
+            .arg("-c")
+            .arg(&config)
+            .args(["--arch", "sm_90a", "-g", g])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    assert_eq!(render(&old), render(W));
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
     assert!(stdout.contains("manifest: consistent"), "{stdout}");
 }
 

@@ -47,7 +47,7 @@ fn every_shipped_config_loads_and_its_seeds_are_valid_genomes() {
             let g =
                 Genome::parse(s).unwrap_or_else(|e| panic!("{}: seed {s}: {e}", path.display()));
             space
-                .check_genome(&g)
+                .complete(&g)
                 .unwrap_or_else(|e| panic!("{}: seed {s}: {e}", path.display()));
             seeds += 1;
         }

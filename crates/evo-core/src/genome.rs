@@ -104,8 +104,8 @@ impl Genome {
 
     /// Parses `NAME=value` entries separated by commas (whitespace around entries is
     /// ignored; order does not matter). Values are typed as in
-    /// [`Value::parse_canonical`]; [`crate::Space::check_genome`] then checks them
-    /// against the knobs.
+    /// [`Value::parse_canonical`]; [`crate::Space::complete`] then fills in knob defaults
+    /// and checks them against the knobs.
     pub fn parse(text: &str) -> Result<Genome, GenomeError> {
         let mut genome = Genome::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {

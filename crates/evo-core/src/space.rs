@@ -68,6 +68,14 @@ pub enum SpaceError {
     },
     #[error("`{0}` is declared ordinal but is not a knob; the knobs are {1:?}")]
     UnknownOrdinal(String, Vec<String>),
+    #[error("`{0}` has a default but is not a knob; the knobs are {1:?}")]
+    UnknownDefault(String, Vec<String>),
+    #[error("knob `{knob}`'s default `{value}` is not one of its values {allowed:?}")]
+    DefaultNotAllowed {
+        knob: String,
+        value: String,
+        allowed: Vec<String>,
+    },
 }
 
 /// One knob and the values it may take, in the order the family lists them.
@@ -125,6 +133,8 @@ pub struct Space {
     /// Knobs whose value lists are ordered (a tile size, a pipeline depth): neighbours in
     /// the list are close. The others are categorical.
     ordinal: BTreeSet<String>,
+    /// The value a genome that does not name a knob has (see [`Space::with_defaults`]).
+    defaults: BTreeMap<String, Value>,
     valid_indices: OnceLock<Vec<u128>>,
 }
 
@@ -136,6 +146,7 @@ impl Clone for Space {
             constraints: self.constraints.clone(),
             contexts: self.contexts.clone(),
             ordinal: self.ordinal.clone(),
+            defaults: self.defaults.clone(),
             valid_indices: OnceLock::new(),
         }
     }
@@ -190,6 +201,7 @@ impl Space {
             constraints,
             contexts,
             ordinal: BTreeSet::new(),
+            defaults: BTreeMap::new(),
             valid_indices: OnceLock::new(),
         })
     }
@@ -208,6 +220,57 @@ impl Space {
             self.ordinal.insert(name);
         }
         Ok(self)
+    }
+
+    /// The same space with these knob defaults: the value a genome that does not name the
+    /// knob has, i.e. the behaviour before the knob existed (so genome strings recorded
+    /// before a knob was added — stored candidates, config seeds, artifact manifests —
+    /// stay usable). Each must name a knob and be one of its values.
+    ///
+    /// Identity: a default only completes a genome ([`Space::complete`]); the completed
+    /// genome, with the default written out, *is* the genome — its canonical text and
+    /// [`crate::GenomeHash`] are the completed one's. A genome text stored before the knob
+    /// existed keeps its own stored hash (a database row, a manifest); it names the same
+    /// kernel as its completion.
+    pub fn with_defaults(
+        mut self,
+        defaults: impl IntoIterator<Item = (String, Value)>,
+    ) -> Result<Space, SpaceError> {
+        for (name, value) in defaults {
+            let Some(knob) = self.knob(&name) else {
+                let knobs = self.knobs.iter().map(|k| k.name.clone()).collect();
+                return Err(SpaceError::UnknownDefault(name, knobs));
+            };
+            if !knob.values.contains(&value) {
+                return Err(SpaceError::DefaultNotAllowed {
+                    knob: name,
+                    value: value.to_string(),
+                    allowed: knob.values.iter().map(|v| v.to_string()).collect(),
+                });
+            }
+            self.defaults.insert(name, value);
+        }
+        Ok(self)
+    }
+
+    /// The knob defaults (see [`Space::with_defaults`]).
+    pub fn defaults(&self) -> &BTreeMap<String, Value> {
+        &self.defaults
+    }
+
+    /// The genome with every knob it does not name that has a default set to that
+    /// default, checked by [`Space::check_genome`]: the one way a genome text from outside
+    /// (a seed, `--genome`, a stored candidate, a manifest) becomes a genome of this
+    /// space. A knob missing without a default is still [`SpaceError::MissingKnobs`].
+    pub fn complete(&self, genome: &Genome) -> Result<Genome, SpaceError> {
+        let mut completed = genome.clone();
+        for (name, value) in &self.defaults {
+            if completed.get(name).is_none() {
+                completed.set(name.clone(), value.clone());
+            }
+        }
+        self.check_genome(&completed)?;
+        Ok(completed)
     }
 
     /// The same space with every knob's value list reversed: the same genomes, enumerated
@@ -298,7 +361,8 @@ impl Space {
     }
 
     /// Checks that the genome assigns an allowed value to exactly the space's knobs
-    /// (constraints are not evaluated; see [`Space::rejection`]).
+    /// (constraints are not evaluated; see [`Space::rejection`]). A complete genome only:
+    /// one that lacks a defaulted knob is completed by [`Space::complete`] first.
     pub fn check_genome(&self, genome: &Genome) -> Result<(), SpaceError> {
         let knob_names = || self.knobs.iter().map(|k| k.name.clone()).collect();
         for (name, value) in genome.iter() {
@@ -337,9 +401,11 @@ impl Space {
         self.check_genome(genome).is_ok() && self.rejection(genome).is_none()
     }
 
-    /// All variables of a genome in one context: context variables, knobs, derived values.
+    /// All variables of a genome in one context: context variables, knobs (a knob the
+    /// genome does not name at its default, if it has one), derived values.
     pub fn vars(&self, genome: &Genome, context: usize) -> Result<Vars, ExprError> {
         let mut vars = self.contexts[context].clone();
+        vars.extend(self.defaults.iter().map(|(k, v)| (k.clone(), v.clone())));
         vars.extend(genome.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut scope = Scope::from_vars(&vars);
         for (name, expr) in &self.derived {
@@ -853,6 +919,42 @@ mod tests {
         assert!(matches!(
             s.check_genome(&g),
             Err(SpaceError::UnknownKnob(..))
+        ));
+    }
+
+    #[test]
+    fn defaults_complete_genomes_that_predate_a_knob() {
+        let s = space()
+            .with_defaults([("SWIZZLE".to_string(), Value::from("none"))])
+            .unwrap();
+        let old = Genome::parse("BLOCK_M=64,BLOCK_N=64,STAGES=2").unwrap();
+        let full = Genome::parse("BLOCK_M=64,BLOCK_N=64,STAGES=2,SWIZZLE=none").unwrap();
+        // Completion writes the default out: the completed genome is the genome.
+        assert_eq!(s.complete(&old), Ok(full.clone()));
+        assert_eq!(s.complete(&old).unwrap().hash(), full.hash());
+        assert_eq!(s.complete(&full), Ok(full.clone()));
+        assert_eq!(s.vars(&old, 0), s.vars(&full, 0));
+        // A genome that names the knob keeps its value; check_genome wants it complete.
+        let xor = Genome::parse("BLOCK_M=64,BLOCK_N=64,STAGES=2,SWIZZLE=xor").unwrap();
+        assert_eq!(s.complete(&xor), Ok(xor));
+        assert!(matches!(
+            s.check_genome(&old),
+            Err(SpaceError::MissingKnobs(_))
+        ));
+        // A knob without a default is still missing.
+        let g = Genome::parse("BLOCK_M=64,BLOCK_N=64,SWIZZLE=xor").unwrap();
+        assert_eq!(
+            s.complete(&g),
+            Err(SpaceError::MissingKnobs(vec!["STAGES".into()]))
+        );
+        // A default must be a value of a knob.
+        assert!(matches!(
+            space().with_defaults([("SWIZZLE".to_string(), Value::from("diagonal"))]),
+            Err(SpaceError::DefaultNotAllowed { .. })
+        ));
+        assert!(matches!(
+            space().with_defaults([("SWIZLE".to_string(), Value::from("none"))]),
+            Err(SpaceError::UnknownDefault(..))
         ));
     }
 

@@ -26,6 +26,11 @@
 //! `[ordinal]` (`KNOB = true`) declares knobs whose value lists are in order (tile sizes,
 //! stages): the search may step along them; integer lists must be ascending or
 //! descending; it merges from a `base` entry by entry (`false` undoes one).
+//! `[defaults]` (`KNOB = value`, one of the knob's values) gives the value a genome that
+//! does not name the knob has: the behaviour before the knob existed, so genome strings
+//! recorded before it was added (stored runs, config seeds, artifact manifests) stay
+//! usable ([`Space::with_defaults`], [`Space::complete`]; the completed genome, default
+//! written out, is the genome). It merges from a `base` entry by entry.
 //!
 //! Files under `templates/common/` are registered as `common/<path>`: `*.tera` files are
 //! templates themselves; anything else (plain `.cuh` headers) is included verbatim, so
@@ -88,6 +93,8 @@ struct RawFamily {
     constraints: toml::Table,
     #[serde(default)]
     ordinal: toml::Table,
+    #[serde(default)]
+    defaults: toml::Table,
     launch: Option<toml::Value>,
     #[serde(default)]
     scratch: Vec<RawScratch>,
@@ -170,6 +177,9 @@ pub struct Family {
     /// Knobs whose value lists are in order (`[ordinal]`), so a search may step along
     /// them; the others are categorical.
     pub ordinal: BTreeSet<String>,
+    /// `[defaults]`: the value of a knob in a genome that does not name it (genomes
+    /// recorded before the knob existed); see [`Space::with_defaults`].
+    pub defaults: Vec<(String, Value)>,
     pub derived: Vec<(String, Expr)>,
     pub constraints: Vec<(String, Expr)>,
     /// One rule per kernel, in launch order.
@@ -278,7 +288,10 @@ fn with_base(path: &Path, text: &str) -> Result<Option<toml::Table>, FamilyError
     for (k, v) in std::mem::take(&mut table) {
         // Knobs, derived values and constraints merge entry by entry (this file's win).
         if let (true, toml::Value::Table(entries), Some(toml::Value::Table(into))) = (
-            matches!(k.as_str(), "knobs" | "derived" | "constraints" | "ordinal"),
+            matches!(
+                k.as_str(),
+                "knobs" | "derived" | "constraints" | "ordinal" | "defaults"
+            ),
             &v,
             base_table.get_mut(&k),
         ) {
@@ -341,6 +354,40 @@ fn ordinal_knobs(
         }
     }
     Ok(ordinal)
+}
+
+/// `[defaults]`: each entry names a knob and is one of its values. Errors: (the entry's
+/// key, the message).
+fn default_values(
+    table: &toml::Table,
+    knobs: &[Knob],
+) -> Result<Vec<(String, Value)>, (String, String)> {
+    let mut defaults = Vec::new();
+    for (name, value) in table {
+        let Some(knob) = knobs.iter().find(|k| k.name == *name) else {
+            let close = knobs
+                .iter()
+                .find(|k| evo_core::space::edit_distance(&k.name, name) <= 2)
+                .map(|k| format!(" (did you mean `{}`?)", k.name))
+                .unwrap_or_default();
+            return Err((
+                name.clone(),
+                format!("[defaults] names `{name}`, which is not a knob{close}"),
+            ));
+        };
+        let listed: Vec<String> = knob.values.iter().map(|v| v.to_string()).collect();
+        let Some(value) = Value::from_toml(value).filter(|v| knob.values.contains(v)) else {
+            return Err((
+                name.clone(),
+                format!(
+                    "[defaults] {name} = {value} is not one of knob `{name}`'s values [{}]",
+                    listed.join(", ")
+                ),
+            ));
+        };
+        defaults.push((name.clone(), value));
+    }
+    Ok(defaults)
 }
 
 fn tera_message(e: &tera::Error) -> String {
@@ -499,6 +546,8 @@ impl Family {
 
         let ordinal = ordinal_knobs(&raw.ordinal, &knobs)
             .map_err(|(key, message)| invalid(Some("ordinal"), &key, message))?;
+        let defaults = default_values(&raw.defaults, &knobs)
+            .map_err(|(key, message)| invalid(Some("defaults"), &key, message))?;
 
         // Names each kind of expression may read.
         let spec_names: Vec<&str> = problem.spec_vars().iter().map(|v| v.name).collect();
@@ -854,6 +903,7 @@ impl Family {
             require_sass: raw.require_sass,
             knobs,
             ordinal,
+            defaults,
             derived,
             constraints,
             launches,
@@ -878,6 +928,7 @@ impl Family {
             contexts,
         )
         .and_then(|space| space.with_ordinal(self.ordinal.iter().cloned()))
+        .and_then(|space| space.with_defaults(self.defaults.iter().cloned()))
         .map_err(|e| FamilyError::Invalid {
             path: self.path.clone(),
             line: None,
@@ -953,7 +1004,9 @@ impl Family {
         self.tera.render(&self.template_name, &ctx)
     }
 
-    /// Renders one genome in one context of `space`, with a header naming what it is.
+    /// Renders one genome in one context of `space`, with a header naming what it is. A
+    /// genome that lacks a knob with a default renders as its completion
+    /// ([`Space::complete`]), header included: the same source as the default written out.
     pub fn render(
         &self,
         space: &Space,
@@ -964,6 +1017,16 @@ impl Family {
             family: self.name.clone(),
             genome: genome.canonical(),
             message,
+        };
+        let completed;
+        let genome = match space.complete(genome) {
+            Ok(g) => {
+                completed = g;
+                &completed
+            }
+            // Not a genome of the space: render what was given (a missing knob is the
+            // template's undefined variable).
+            Err(_) => genome,
         };
         let vars = space
             .vars(genome, context)

@@ -705,3 +705,67 @@ fn a_derived_family_merges_and_undoes_ordinal_entries() {
     let f = Family::load(&root, "gemm", "toy2").unwrap();
     assert_eq!(f.ordinal.iter().collect::<Vec<_>>(), ["TILE"]);
 }
+
+/// GOOD_TOML with a `[defaults]` table holding `entries` (its first entry on line 20).
+fn with_defaults(entries: &str) -> String {
+    GOOD_TOML.replace("[launch]", &format!("[defaults]\n{entries}\n\n[launch]"))
+}
+
+#[test]
+fn defaults_complete_genomes_that_lack_a_knob() {
+    let (_dir, root) = tree(&with_defaults("MODE = \"plain\""), GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let old = Genome::parse("TILE=32,UNROLL=true").unwrap();
+    let full = Genome::parse("TILE=32,MODE=plain,UNROLL=true").unwrap();
+    assert_eq!(space.complete(&old).unwrap(), full);
+    // The same source, header included: the completed genome is the genome.
+    assert_eq!(
+        f.render(&space, &old, 0).unwrap(),
+        f.render(&space, &full, 0).unwrap()
+    );
+    // A knob without a default is still missing.
+    let no_tile = Genome::parse("MODE=plain,UNROLL=true").unwrap();
+    let err = space.complete(&no_tile).unwrap_err().to_string();
+    assert!(err.contains("lacks knob(s) [\"TILE\"]"), "{err}");
+    // Without the table, MODE is missing too.
+    let plain = load(GOOD_TOML, GOOD_TEMPLATE).unwrap();
+    let space = plain.space(vec![plain.probe_context()]).unwrap();
+    let err = space.complete(&old).unwrap_err().to_string();
+    assert!(err.contains("lacks knob(s) [\"MODE\"]"), "{err}");
+    // A derived family inherits the default.
+    std::fs::write(
+        root.join("gemm/toy2.toml"),
+        "base = \"toy.toml\"\nname = \"toy2\"\n",
+    )
+    .unwrap();
+    let f2 = Family::load(&root, "gemm", "toy2").unwrap();
+    assert_eq!(f2.defaults, f.defaults);
+}
+
+#[test]
+fn default_mistakes_name_the_file_line_and_knob() {
+    assert_err(
+        load(&with_defaults("MODE = \"diagonal\""), GOOD_TEMPLATE),
+        &[
+            "toy.toml:20",
+            "[defaults] MODE = \"diagonal\" is not one of knob `MODE`'s values [plain, fancy]",
+        ],
+    );
+    assert_err(
+        load(&with_defaults("TILE = 48"), GOOD_TEMPLATE),
+        &["toy.toml:20", "knob `TILE`'s values [16, 32, 64]"],
+    );
+    assert_err(
+        load(&with_defaults("TILE = \"32\""), GOOD_TEMPLATE),
+        &["toy.toml:20", "[defaults] TILE"],
+    );
+    assert_err(
+        load(&with_defaults("MODES = \"plain\""), GOOD_TEMPLATE),
+        &[
+            "toy.toml:20",
+            "`MODES`, which is not a knob",
+            "did you mean `MODE`",
+        ],
+    );
+}

@@ -396,21 +396,147 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
         count += 1;
     }
     // (CONSUMER_WG, BLOCK_N, STAGES, WARP_SPEC, SETMAXNREG, PRODUCER_REGS, LOADER, OVERLAP,
-    // PINGPONG, SWIZZLE_BYTES, RESCALE, WG_SPLIT): 3 x 4 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x 3 x 2 x 2
-    // raw, less the rings that do not fit 227 KiB at head dim 128, the register bound (O, S and
+    // PINGPONG, SWIZZLE_BYTES, RESCALE, WG_SPLIT, SCHEDULER): 3 x 4 x 3 x 2 x 2 x 3 x 2 x 2 x 2 x
+    // 3 x 2 x 2 x 2 raw, less the rings that do not fit 227 KiB at head dim 128, the register bound (O, S and
     // with OVERLAP the in-flight P, plus 32, within the setmaxnreg target or the launch's share),
     // SETMAXNREG without a producer and two or three consumers, PRODUCER_REGS pinned without
     // SETMAXNREG and at least 56 for the cp.async producer, TMA without a producer, ping-pong
     // without a producer, OVERLAP and two or three consumers, and the keys split without two or
     // three TMA-fed consumers, without ping-pong or with STAGES not a multiple of CONSUMER_WG:
-    // 606 genomes of each RESCALE with rows, 120 with keys.
-    assert_eq!(count, 1452);
+    // 606 genomes of each RESCALE with rows, 120 with keys, all with SCHEDULER grid; and 678
+    // persistent ones (TMA-fed rows genomes only: the grid ones with WARP_SPEC, LOADER tma and
+    // WG_SPLIT rows).
+    assert_eq!(count, 2130);
     assert_eq!(
         sources.len(),
         count,
         "two genomes rendered to identical code"
     );
     assert_every_knob_value_changes_the_code(&f, &space, 1);
+}
+
+/// SCHEDULER of the Hopper family: a grid genome launches (query blocks, heads, batch); a
+/// persistent one min(132, work items) CTAs in x, a work item being one query block, or causal a
+/// pair of them; the kernel learns which (PERSISTENT, ITEM_BLOCKS) from its render, and only TMA-
+/// fed genomes whose warpgroups own rows are persistent.
+#[test]
+fn wgmma_scheduler_launches_and_renders() {
+    let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();
+    let specs = sdpa_specs();
+    let space = f.space(specs.contexts()).unwrap();
+    let (mut grid, mut persistent) = (0, 0);
+    for g in space.iter_valid().step_by(7) {
+        let pers = g
+            .get("SCHEDULER")
+            .unwrap()
+            .to_string()
+            .contains("persistent");
+        if pers {
+            persistent += 1;
+            let c = g.canonical();
+            assert!(
+                c.contains("LOADER=tma")
+                    && c.contains("WARP_SPEC=on")
+                    && c.contains("WG_SPLIT=rows"),
+                "{c}"
+            );
+        } else {
+            grid += 1;
+        }
+        // Specialization 0: head dim 64, non-causal; 2: head dim 64, causal (sdpa_specs).
+        for (spec, causal) in [(0, false), (2, true)] {
+            let vars = space.vars(&g, spec).unwrap();
+            let bm = vars["BLOCK_M"].as_int().unwrap();
+            let src = f.render(&space, &g, spec).unwrap();
+            let pair = pers && causal;
+            assert!(
+                src.contains(&format!("PERSISTENT = {},", pers as i32)),
+                "{}",
+                g.canonical()
+            );
+            assert!(src.contains(&format!(
+                "LAUNCH_ITEM_BLOCKS = {},",
+                if pair { 2 } else { 1 }
+            )));
+            for (b, h, sq) in [(4i64, 16i64, 4096i64), (1, 2, 77), (1, 1, 200), (3, 5, 1)] {
+                let shape: Vars = [
+                    ("BATCH", b.into()),
+                    ("HEADS", h.into()),
+                    ("SEQ_Q", sq.into()),
+                    ("SEQ_KV", 300.into()),
+                    ("HEAD_DIM", 64.into()),
+                    ("CAUSAL", causal.into()),
+                    ("DTYPE", "f16".into()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+                let dims = f.launch_dims(&vars, &shape).unwrap();
+                let n_mb = (sq + bm - 1) / bm;
+                let want = if pers {
+                    let per_head = if pair { (n_mb + 1) / 2 } else { n_mb };
+                    [(per_head * h * b).min(132) as u32, 1, 1]
+                } else {
+                    [n_mb as u32, h as u32, b as u32]
+                };
+                assert_eq!(
+                    dims[0].1.grid,
+                    want,
+                    "{} {b} {h} {sq} causal {causal}",
+                    g.canonical()
+                );
+            }
+        }
+    }
+    assert!(grid > 0 && persistent > 0, "{grid} {persistent}");
+}
+
+/// Genomes recorded before SCHEDULER existed (stored runs, seeds, manifests) name no
+/// SCHEDULER: `[defaults] SCHEDULER = "grid"` completes them, so they render exactly the
+/// source of SCHEDULER=grid (header included: the completed genome is the genome), in the
+/// Hopper family and its split-KV family (which inherits the default).
+#[test]
+fn wgmma_genomes_before_scheduler_render_as_grid() {
+    let specs = sdpa_specs();
+    for name in ["sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv"] {
+        let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
+        let space = f.space(specs.contexts()).unwrap();
+        assert_eq!(
+            space.defaults().get("SCHEDULER"),
+            Some(&"grid".into()),
+            "{name}"
+        );
+        let mut checked = 0;
+        for g in space
+            .iter_valid()
+            .filter(|g| g.get("SCHEDULER") == Some(&"grid".into()))
+            .step_by(11)
+        {
+            let old: Genome = g
+                .iter()
+                .filter(|(k, _)| *k != "SCHEDULER")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert!(matches!(
+                space.check_genome(&old),
+                Err(evo_core::SpaceError::MissingKnobs(_))
+            ));
+            let completed = space.complete(&old).unwrap();
+            assert_eq!(completed, g);
+            assert_eq!(completed.hash(), g.hash());
+            assert!(space.rejection(&completed).is_none());
+            for spec in 0..specs.specs.len() {
+                assert_eq!(
+                    f.render(&space, &old, spec).unwrap(),
+                    f.render(&space, &g, spec).unwrap(),
+                    "{name} {}",
+                    g.canonical()
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked > 5, "{name}: {checked}");
+    }
 }
 
 /// The Hopper FP8 family (native e4m3 wgmma): every valid genome renders for every
@@ -535,6 +661,10 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
         for k in &mut knobs {
             if k.name == "EPILOGUE" {
                 k.values = vec!["direct".into()];
+            }
+            // The split-KV grid is one CTA per (query block, head, batch, split).
+            if k.name == "SCHEDULER" {
+                k.values = vec!["grid".into()];
             }
         }
         knobs.push(evo_core::Knob {

@@ -363,15 +363,20 @@ impl Run {
                     .canonical(),
             },
         };
-        let genome = Genome::parse(&text).context(|| "baseline genome".into())?;
-        space
-            .check_genome(&genome)
+        let written = Genome::parse(&text).context(|| "baseline genome".into())?;
+        let genome = space
+            .complete(&written)
             .context(|| "baseline genome".into())?;
         if space.rejection(&genome).is_some() {
             refuse!("the baseline genome {text} violates a constraint");
         }
         let store = &self.store;
-        let id = match store.candidate_by_hash(self.id, &genome.hash().0).await? {
+        // A baseline stored before a knob existed is stored under its own hash.
+        let mut stored = store.candidate_by_hash(self.id, &genome.hash().0).await?;
+        if stored.is_none() && written != genome {
+            stored = store.candidate_by_hash(self.id, &written.hash().0).await?;
+        }
+        let id = match stored {
             Some(c) => c.id,
             None => {
                 store

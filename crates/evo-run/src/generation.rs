@@ -31,15 +31,41 @@ pub(crate) enum Step {
     Advanced(Option<&'static str>),
 }
 
-/// The search history of the stored candidates.
-pub(crate) fn history_of(candidates: &[Candidate]) -> Result<History> {
+/// A stored candidate's genome as a genome of `space`: its text parsed and completed with
+/// the family's `[defaults]` ([`evo_core::Space::complete`]; a genome stored before a knob
+/// existed). One the space does not accept (the family changed otherwise) stays as stored.
+pub(crate) fn stored_genome(c: &Candidate, space: &evo_core::Space) -> Result<Genome> {
+    let genome =
+        Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
+    Ok(space.complete(&genome).unwrap_or(genome))
+}
+
+/// The search history of the stored candidates, their genomes completed
+/// ([`stored_genome`]): a genome stored before a knob existed is the same genome as its
+/// completion, so a search does not propose it again.
+pub(crate) fn history_of(candidates: &[Candidate], space: &evo_core::Space) -> Result<History> {
     let mut history = History::new();
     for c in candidates {
-        let genome =
-            Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
+        let genome = stored_genome(c, space)?;
         history.insert(genome, c.generation, outcome(c));
     }
     Ok(history)
+}
+
+/// The stored hash of each stored candidate whose completed genome ([`stored_genome`])
+/// hashes otherwise (a genome stored before a knob existed), by the completed hash: a
+/// proposal's parents name the rows as stored, so `evo lineage` finds them.
+fn stored_hashes(
+    candidates: &[Candidate],
+    space: &evo_core::Space,
+) -> std::collections::BTreeMap<String, String> {
+    candidates
+        .iter()
+        .filter_map(|c| {
+            let h = stored_genome(c, space).ok()?.hash().0;
+            (h != c.hash).then(|| (h, c.hash.clone()))
+        })
+        .collect()
 }
 
 /// This invocation's clock and counters, for the state an advance stores.
@@ -77,7 +103,7 @@ impl Run {
         }
         let latest = tally.db(store.latest_generation(self.id)).await?;
         let current = latest.as_ref().map_or(0, |g| g.generation + 1);
-        let history = history_of(&candidates)?;
+        let history = history_of(&candidates, &self.context.space)?;
         let proposed = candidates
             .iter()
             .any(|c| c.generation == current && c.origin != Origin::Baseline);
@@ -121,11 +147,15 @@ impl Run {
         if finish.is_none() && proposals.is_empty() {
             finish = Some("the space is exhausted");
         }
+        let stored = stored_hashes(&candidates, &self.context.space);
         let rows: Vec<NewCandidate> = proposals
             .iter()
             .map(|p| {
-                NewCandidate::new(p.genome.clone(), next, origin(p.origin))
-                    .with_parents(p.parents.iter().map(|h| h.0.clone()))
+                NewCandidate::new(p.genome.clone(), next, origin(p.origin)).with_parents(
+                    p.parents
+                        .iter()
+                        .map(|h| stored.get(&h.0).unwrap_or(&h.0).clone()),
+                )
             })
             .collect();
         let won = tally
@@ -214,5 +244,69 @@ fn origin(o: evo_search::Origin) -> Origin {
         evo_search::Origin::Mutation => Origin::Mutation,
         evo_search::Origin::Crossover => Origin::Crossover,
         evo_search::Origin::Exhaustive => Origin::Exhaustive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evo_core::{Knob, Space, Value};
+    use evo_store::{CandidateId, Origin, RunId};
+
+    fn stored(id: i64, genome: &str) -> Candidate {
+        let g = Genome::parse(genome).unwrap();
+        Candidate {
+            id: CandidateId(id),
+            run_id: RunId(1),
+            genome: g.canonical(),
+            hash: g.hash().0,
+            generation: 0,
+            parents: Vec::new(),
+            origin: Origin::Random,
+            status: None,
+            gate: None,
+            detail: None,
+            resources: None,
+            fitness: None,
+            source_key: None,
+            created_at: String::new(),
+            evaluated_at: None,
+            eval_ms: None,
+            evaluated_by: None,
+            claims: 0,
+            lease_owner: None,
+        }
+    }
+
+    /// A run stored before knob B existed resumes: its genomes are their completions in
+    /// the history (so the search does not propose them again), and a proposal's parents
+    /// name the rows by their stored hashes.
+    #[test]
+    fn stored_genomes_that_predate_a_knob_are_their_completions() {
+        let knob = |name: &str, values: &[i64]| Knob {
+            name: name.into(),
+            values: values.iter().map(|v| Value::Int(*v)).collect(),
+        };
+        let space = Space::new(
+            vec![knob("A", &[1, 2]), knob("B", &[0, 1])],
+            vec![],
+            vec![],
+            vec![],
+        )
+        .unwrap()
+        .with_defaults([("B".to_string(), Value::Int(0))])
+        .unwrap();
+        let old = stored(1, "A=1");
+        let new = stored(2, "A=2,B=1");
+        let candidates = [old.clone(), new.clone()];
+        let history = history_of(&candidates, &space).unwrap();
+        let completed = Genome::parse("A=1,B=0").unwrap();
+        assert!(history.contains(&completed.hash()));
+        assert!(history.contains(&Genome::parse(&new.genome).unwrap().hash()));
+        assert_eq!(history.len(), 2);
+        assert_eq!(stored_genome(&old, &space).unwrap(), completed);
+        let hashes = stored_hashes(&candidates, &space);
+        assert_eq!(hashes.len(), 1);
+        assert_eq!(hashes.get(&completed.hash().0), Some(&old.hash));
     }
 }

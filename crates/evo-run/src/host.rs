@@ -19,8 +19,8 @@ use tokio::task::JoinSet;
 use crate::backend::{Backend, Contention, GenomeResult, RegressionRule};
 use crate::baseline::Baseline;
 use crate::budget::Budget;
-use crate::error::{Result, ResultExt};
-use crate::generation::{history_of, Invocation, Step};
+use crate::error::Result;
+use crate::generation::{history_of, stored_genome, Invocation, Step};
 use crate::scoring::{measurements, result_row, score, times_on};
 use crate::{Evaluated, HostOptions, Progress, Run, WorkReport};
 
@@ -84,7 +84,7 @@ impl Run {
         let mut tally = Tally::default();
         let baseline = self.baseline(&host.stop, progress).await?;
         tally.gpu_ms += baseline.gpu_ms;
-        tally.best = history_of(&self.store.candidates(self.id).await?)?
+        tally.best = history_of(&self.store.candidates(self.id).await?, &self.context.space)?
             .best()
             .and_then(|r| r.fitness());
         let heartbeat = self.heartbeat();
@@ -216,8 +216,7 @@ impl Run {
         };
         for c in claimed {
             generation = Some(c.generation);
-            let genome =
-                Genome::parse(&c.genome).context(|| format!("the genome of candidate {}", c.id))?;
+            let genome = stored_genome(&c, &self.context.space)?;
             let (backend, halt, id) = (self.backend.clone(), host.stop.halted(), c.id);
             let (regression, contention) = (regression.clone(), contention.clone());
             in_flight.spawn(async move {
@@ -446,10 +445,16 @@ impl Run {
         }
         // The fittest genome, regressed ones included (against a fast external baseline
         // every early kernel regresses).
-        let history = history_of(&store.candidates(self.id).await?)?;
+        let candidates = store.candidates(self.id).await?;
+        let history = history_of(&candidates, &self.context.space)?;
         let best = history.best().and_then(|r| {
-            r.fitness()
-                .map(|f| (f, r.genome.canonical(), r.hash.0.clone()))
+            // The stored row's hash (a genome stored before a knob existed keeps its own),
+            // so `evo show HASH` finds it.
+            let stored = candidates
+                .iter()
+                .find(|c| stored_genome(c, &self.context.space).is_ok_and(|g| g.hash() == r.hash))
+                .map_or_else(|| r.hash.0.clone(), |c| c.hash.clone());
+            r.fitness().map(|f| (f, r.genome.canonical(), stored))
         });
         Ok(WorkReport {
             run: self.name.clone(),

@@ -237,9 +237,10 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
         .iter()
         .map(|s| {
             let g = Genome::parse(s).context(|| format!("[search] seed `{s}`"))?;
-            context
+            // A seed written before a knob existed takes the knob's default.
+            let g = context
                 .space
-                .check_genome(&g)
+                .complete(&g)
                 .context(|| format!("[search] seed `{s}`"))?;
             if let Some(r) = context.space.rejection(&g) {
                 let why = match &r.error {
@@ -259,7 +260,18 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
 fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend> {
     match &ev.replay {
         Some(file) => {
-            let landscape = Landscape::load(file)?;
+            let mut landscape = Landscape::load(file)?;
+            // Points recorded before a knob existed: keyed by their completed genomes.
+            landscape.points = std::mem::take(&mut landscape.points)
+                .into_iter()
+                .map(|(text, point)| {
+                    let key = Genome::parse(&text)
+                        .ok()
+                        .and_then(|g| context.space.complete(&g).ok())
+                        .map_or(text, |g| g.canonical());
+                    (key, point)
+                })
+                .collect();
             if landscape.family != context.family.name {
                 refuse!(
                     "landscape {} is for family {}, the config's is {}",

@@ -100,7 +100,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                 .map_err(|e| anyhow!(e))?;
             let space = family.space(specs.contexts())?;
             let g = Genome::parse(genome).context("--genome")?;
-            space.check_genome(&g)?;
+            let g = space.complete(&g)?;
             let source = family.render(&space, &g, 0)?;
             let vars = space.vars(&g, 0)?;
             let dims = family.launch_dims(&vars, &shape)?;
