@@ -491,7 +491,11 @@ mod tests {
         // Job ids are a candidate's id x 16 + its specialization.
         let job = |candidate: u64, spec: u64| candidate * 16 + spec;
         let first = batch_seed(7, job(0, 0));
-        assert_eq!(batch_seed(7, job(15, 3)), first, "same batch of 16 candidates");
+        assert_eq!(
+            batch_seed(7, job(15, 3)),
+            first,
+            "same batch of 16 candidates"
+        );
         assert_ne!(batch_seed(7, job(16, 0)), first, "the next batch");
         assert_ne!(batch_seed(8, job(0, 0)), first, "another run");
     }
