@@ -133,10 +133,7 @@ pub const BATCH_CANDIDATES: u64 = 16;
 
 fn batch_seed(salt: u64, id: u64) -> u64 {
     let batch = (id / 16) / BATCH_CANDIDATES;
-    let mut x = salt ^ batch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xb47c_5eed;
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+    evo_kernels::harness::mix(salt ^ evo_kernels::harness::mix(batch ^ 0xb47c_5eed))
 }
 
 /// Fresh seeds for a candidate: a function of its label and the run's salt, so each

@@ -554,7 +554,7 @@ pub fn tensor_seed(seed: u64, tensor: usize) -> u64 {
 
 /// splitmix64's finalizer: the counter-based hash behind every generated value (the
 /// worker's GPU copy is `gate_kernels.cu: evo_gate::mix`).
-pub(crate) fn mix(mut x: u64) -> u64 {
+pub fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
