@@ -304,6 +304,11 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
     }
 }
 
+/// Tensor-core instructions `op` (HGMMA, QGMMA, HMMA) in `kernel`'s SASS of a compile report.
+fn tensor_ops(report: &Json, kernel: &str, op: &str) -> u64 {
+    report["sass"][kernel]["tensor"][op].as_u64().unwrap_or(0)
+}
+
 /// The Hopper FP8 family compiles for sm_90a without spills or a stack frame (a covering
 /// sample over both head dims: f16 non-causal, bf16 causal), with native FP8 warpgroup MMA
 /// (QGMMA, which its static gate requires) in the attention kernel: for S = Q K^T always, and
@@ -324,11 +329,7 @@ fn a_covering_sample_of_fp8_wgmma_genomes_compiles_with_qgmma() {
         check_kernel_with(&reports, "sdpa_fwd_fp8", "QGMMA");
         for r in &reports {
             let g = r["genome"].as_str().unwrap();
-            let count = |op: &str| {
-                r["sass"]["sdpa_fwd_fp8"]["tensor"][op]
-                    .as_u64()
-                    .unwrap_or(0)
-            };
+            let count = |op: &str| tensor_ops(r, "sdpa_fwd_fp8", op);
             // Q K^T: HEAD_DIM / 32 k32 steps of QGMMA; P V: BLOCK_N / 32 more with PV = e4m3.
             if g.contains("PV=f16") {
                 assert!(count("HGMMA") > 0, "{g} has no HGMMA: {}", r["sass"]);
@@ -368,11 +369,7 @@ fn a_covering_sample_of_fp8_ws_genomes_compiles_with_qgmma_only() {
         check_kernel_with(&reports, "sdpa_fwd_fp8", "QGMMA");
         for r in &reports {
             let g = r["genome"].as_str().unwrap();
-            let count = |op: &str| {
-                r["sass"]["sdpa_fwd_fp8"]["tensor"][op]
-                    .as_u64()
-                    .unwrap_or(0)
-            };
+            let count = |op: &str| tensor_ops(r, "sdpa_fwd_fp8", op);
             assert_eq!(count("HGMMA"), 0, "{g}: {}", r["sass"]);
             assert_eq!(count("HMMA"), 0, "{g}: {}", r["sass"]);
         }

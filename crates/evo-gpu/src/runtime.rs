@@ -74,7 +74,6 @@ pub struct Gpu {
     pub info: DeviceInfo,
     handles: Arc<Handles>,
     context: sys::CUcontext,
-    stream: sys::CUstream,
     /// Memory from the device's stream-ordered pool (cuMemAllocAsync on the stream), else
     /// cuMemAlloc. A cuMemFree waits for the whole device, and a check allocates and frees
     /// buffers by the hundred; the pool hands freed memory back without a wait.
@@ -136,7 +135,6 @@ impl Gpu {
             info,
             handles,
             context,
-            stream,
             pooled,
         })
     }
@@ -148,13 +146,13 @@ impl Gpu {
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        unsafe { result::stream::synchronize(self.stream) }
+        unsafe { result::stream::synchronize(self.handles.stream) }
             .map_err(|e| CudaError::new("cuStreamSynchronize", e))
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         if self.pooled {
-            let ptr = unsafe { result::malloc_async(self.stream, bytes.max(1)) }
+            let ptr = unsafe { result::malloc_async(self.handles.stream, bytes.max(1)) }
                 .map_err(|e| CudaError::new("cuMemAllocAsync", e))?;
             return Ok(DeviceBuffer {
                 ptr,
@@ -201,7 +199,7 @@ impl Gpu {
                 (dims.grid[0], dims.grid[1], dims.grid[2]),
                 (dims.block[0], dims.block[1], dims.block[2]),
                 dims.shared_bytes,
-                self.stream,
+                self.handles.stream,
                 &mut params,
             )
         }
@@ -221,7 +219,7 @@ impl Gpu {
     }
 
     pub fn record(&self, event: &Event) -> Result<(), CudaError> {
-        unsafe { result::event::record(event.event, self.stream) }
+        unsafe { result::event::record(event.event, self.handles.stream) }
             .map_err(|e| CudaError::new("cuEventRecord", e))
     }
 
@@ -232,14 +230,14 @@ impl Gpu {
     ) -> Result<Graph, CudaError> {
         check("cuStreamBeginCapture", unsafe {
             sys::cuStreamBeginCapture_v2(
-                self.stream,
+                self.handles.stream,
                 sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
         })?;
         let body_result = body(self);
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         let end = check("cuStreamEndCapture", unsafe {
-            sys::cuStreamEndCapture(self.stream, &mut graph)
+            sys::cuStreamEndCapture(self.handles.stream, &mut graph)
         });
         body_result?;
         end?;
@@ -254,7 +252,7 @@ impl Gpu {
 
     pub fn launch_graph(&self, graph: &Graph) -> Result<(), CudaError> {
         check("cuGraphLaunch", unsafe {
-            sys::cuGraphLaunch(graph.exec, self.stream)
+            sys::cuGraphLaunch(graph.exec, self.handles.stream)
         })
     }
 
@@ -272,7 +270,7 @@ impl Gpu {
             offset + data.len() <= buf.bytes,
             "upload past the end of a device buffer"
         );
-        unsafe { result::memcpy_htod_async(buf.ptr + offset as u64, data, self.stream) }
+        unsafe { result::memcpy_htod_async(buf.ptr + offset as u64, data, self.handles.stream) }
             .map_err(|e| CudaError::new("cuMemcpyHtoDAsync", e))?;
         self.synchronize()
     }
@@ -284,7 +282,7 @@ impl Gpu {
     /// Copies the whole buffer to the host, after everything queued on the stream.
     pub fn download(&self, buf: &DeviceBuffer) -> Result<Vec<u8>, CudaError> {
         let mut out = vec![0u8; buf.bytes];
-        unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr, self.stream) }
+        unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr, self.handles.stream) }
             .map_err(|e| CudaError::new("cuMemcpyDtoHAsync", e))?;
         self.synchronize()?;
         Ok(out)
@@ -303,8 +301,10 @@ impl Gpu {
             "download past the end of a device buffer"
         );
         let mut out = vec![0u8; len];
-        unsafe { result::memcpy_dtoh_async(&mut out, buf.ptr + offset as u64, self.stream) }
-            .map_err(|e| CudaError::new("cuMemcpyDtoHAsync", e))?;
+        unsafe {
+            result::memcpy_dtoh_async(&mut out, buf.ptr + offset as u64, self.handles.stream)
+        }
+        .map_err(|e| CudaError::new("cuMemcpyDtoHAsync", e))?;
         self.synchronize()?;
         Ok(out)
     }
@@ -328,7 +328,7 @@ impl Gpu {
             "memset past the end of a device buffer"
         );
         check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(buf.ptr + offset as u64, value, len, self.stream)
+            sys::cuMemsetD8Async(buf.ptr + offset as u64, value, len, self.handles.stream)
         })
     }
 
@@ -351,7 +351,7 @@ impl Gpu {
                 dst.ptr + dst_offset as u64,
                 src.ptr + src_offset as u64,
                 len,
-                self.stream,
+                self.handles.stream,
             )
         })
     }

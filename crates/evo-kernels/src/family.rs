@@ -325,17 +325,7 @@ fn ordinal_knobs(
                 ),
             ));
         };
-        let Some(knob) = knobs.iter().find(|k| k.name == *name) else {
-            let close = knobs
-                .iter()
-                .find(|k| evo_core::space::edit_distance(&k.name, name) <= 2)
-                .map(|k| format!(" (did you mean `{}`?)", k.name))
-                .unwrap_or_default();
-            return Err((
-                name.clone(),
-                format!("[ordinal] names `{name}`, which is not a knob{close}"),
-            ));
-        };
+        let knob = knob_named(knobs, name, "ordinal")?;
         let ints: Vec<i64> = knob.values.iter().filter_map(Value::as_int).collect();
         let ascending = ints.windows(2).all(|w| w[0] < w[1]);
         let descending = ints.windows(2).all(|w| w[0] > w[1]);
@@ -356,6 +346,26 @@ fn ordinal_knobs(
     Ok(ordinal)
 }
 
+/// The knob an entry of `[section]` names, or the error (the entry's key, the message, with
+/// the closest knob name as a hint).
+fn knob_named<'a>(
+    knobs: &'a [Knob],
+    name: &str,
+    section: &str,
+) -> Result<&'a Knob, (String, String)> {
+    knobs.iter().find(|k| k.name == name).ok_or_else(|| {
+        let close = knobs
+            .iter()
+            .find(|k| evo_core::space::edit_distance(&k.name, name) <= 2)
+            .map(|k| format!(" (did you mean `{}`?)", k.name))
+            .unwrap_or_default();
+        (
+            name.to_string(),
+            format!("[{section}] names `{name}`, which is not a knob{close}"),
+        )
+    })
+}
+
 /// `[defaults]`: each entry names a knob and is one of its values. Errors: (the entry's
 /// key, the message).
 fn default_values(
@@ -364,17 +374,7 @@ fn default_values(
 ) -> Result<Vec<(String, Value)>, (String, String)> {
     let mut defaults = Vec::new();
     for (name, value) in table {
-        let Some(knob) = knobs.iter().find(|k| k.name == *name) else {
-            let close = knobs
-                .iter()
-                .find(|k| evo_core::space::edit_distance(&k.name, name) <= 2)
-                .map(|k| format!(" (did you mean `{}`?)", k.name))
-                .unwrap_or_default();
-            return Err((
-                name.clone(),
-                format!("[defaults] names `{name}`, which is not a knob{close}"),
-            ));
-        };
+        let knob = knob_named(knobs, name, "defaults")?;
         let listed: Vec<String> = knob.values.iter().map(|v| v.to_string()).collect();
         let Some(value) = Value::from_toml(value).filter(|v| knob.values.contains(v)) else {
             return Err((
