@@ -46,9 +46,9 @@ pub struct Job {
     pub correctness: CorrectnessPlan,
     /// `None`: correctness only.
     pub timing: Option<TimingPlan>,
-    /// The seed of the input contents of each timed shape's last replay, shared by the jobs
-    /// of a batch of genomes so the references of those sets are computed once per batch
-    /// (`None`: the job's own, nothing shared). Kernels never see it.
+    /// The batch of genomes the job belongs to: the batch's jobs draw their inputs from the
+    /// same seeds (`correctness.seeds`), so the worker keeps their references for the next
+    /// job of the batch (`None`: nothing kept from one job to the next). Kernels never see it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_seed: Option<u64>,
     /// Tensors (by the problem's names) the variant needs contiguous (a family's

@@ -69,6 +69,26 @@ pub fn input_sets(bytes_per_set: usize, l2_bytes: usize, plan: &TimingPlan) -> u
     want.clamp(1, plan.max_input_sets.max(1))
 }
 
+/// Input sets of a replay: enough that their bytes exceed `l2_multiple` × L2 ([`input_sets`])
+/// and that a replay lasts about `sample_ms` at `one_call_us` a call, within the cap. The
+/// second count is rounded to a power of two (a replay then lasts 0.71 to 1.41 × `sample_ms`):
+/// variants of a shape then mostly rotate the same number of sets, so they draw the same sets
+/// to check and share those sets' references.
+pub fn replay_sets(
+    bytes_per_set: usize,
+    l2_bytes: usize,
+    one_call_us: f64,
+    plan: &TimingPlan,
+) -> u32 {
+    let for_sample = (plan.sample_ms * 1e3 / one_call_us.max(1e-3)).max(1.0);
+    let rounded = 2f64
+        .powi(for_sample.log2().round() as i32)
+        .min(u32::MAX as f64) as u32;
+    input_sets(bytes_per_set, l2_bytes, plan)
+        .max(rounded)
+        .clamp(1, plan.max_input_sets.max(1))
+}
+
 /// Dense tensor-core peak in TFLOP/s where known: multiprocessors × dense flops per
 /// clock per SM × clock. Hopper's clock is capped at 1830 MHz, the clock behind NVIDIA's
 /// 989 TFLOP/s fp16 figure for H100 SXM (the driver reports the 1980 MHz maximum).
@@ -185,6 +205,24 @@ mod tests {
         assert_eq!(input_sets(200 << 20, 50 << 20, &p), 1);
         // Tiny sets hit the cap.
         assert_eq!(input_sets(1024, 50 << 20, &p), 64);
+    }
+
+    #[test]
+    fn replay_sets_fill_a_sample_in_powers_of_two() {
+        let p = plan(); // sample_ms 1, at most 64 sets
+        let big = 200 << 20; // one set passes the L2 twice
+                             // 1000 µs of calls: 20 µs → 50 → 64; 150 µs → 6.7 → 8; 180 µs → 5.6 → 4; 400 µs →
+                             // 2.5 → 2; 3 ms → 1.
+        for (us, sets) in [(20.0, 64), (150.0, 8), (180.0, 4), (400.0, 2), (3000.0, 1)] {
+            assert_eq!(replay_sets(big, 50 << 20, us, &p), sets, "{us} µs");
+        }
+        // Variants 20% apart share a count.
+        assert_eq!(
+            replay_sets(big, 50 << 20, 100.0, &p),
+            replay_sets(big, 50 << 20, 120.0, &p)
+        );
+        // The L2 still rules small sets: 2 MB sets need 50.
+        assert_eq!(replay_sets(2 << 20, 50 << 20, 1000.0, &p), 50);
     }
 
     fn h100() -> evo_gpu::device::DeviceInfo {

@@ -493,6 +493,18 @@ pub struct EndToEnd {
     pub tolerance: Tolerance,
 }
 
+/// For a problem whose kernels encode their inputs themselves (FP8 end to end): the inputs
+/// as the encoding rule makes them (codes and scales, contiguous), the reference on them
+/// (the decoded answer) and the tolerance a kernel on those inputs is held to. The gate
+/// widens its bound by how far the decoded answer is from the exact one
+/// (`evo_eval::compare::encoded_tolerance`): the error no kernel can undo.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    pub inputs: Vec<HostTensor>,
+    pub reference: ReferenceKernel,
+    pub kernel_tolerance: Tolerance,
+}
+
 pub(crate) fn int(shape: &Vars, name: &str) -> i64 {
     shape.get(name).and_then(Value::as_int).unwrap_or(0)
 }

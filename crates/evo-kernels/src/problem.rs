@@ -3,8 +3,8 @@
 use evo_core::{Value, Vars};
 
 use crate::harness::{
-    dtype, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor, InputFill, InputKind, Layout,
-    ReferenceKernel, TensorSpec, Tolerance,
+    dtype, ArgSlot, Call, ElemType, Encoded, EndToEnd, Fill, HostTensor, InputFill, InputKind,
+    Layout, ReferenceKernel, TensorSpec, Tolerance,
 };
 pub use crate::problems::{Fp8Quantize, Gemm, Sdpa, SdpaFp8, SdpaFp8E2e};
 
@@ -213,6 +213,20 @@ pub trait Problem: Send + Sync + std::fmt::Debug {
         _kind: InputKind,
         _seed: u64,
     ) -> Option<EndToEnd> {
+        None
+    }
+
+    /// For problems whose kernels encode the original inputs themselves (FP8 end to end):
+    /// the trial's inputs as the encoding rule makes them, the reference on them and the
+    /// tolerance a kernel on them is held to (see [`crate::harness::Encoded`]). `None`: no
+    /// encoding inside the call.
+    fn encoded(
+        &self,
+        _shape: &Vars,
+        _call: &Call,
+        _kind: InputKind,
+        _seed: u64,
+    ) -> Option<Encoded> {
         None
     }
 

@@ -279,7 +279,10 @@ impl GpuBackend {
                 ))
             }
         };
-        let mut compiled = Vec::new();
+        // Every specialization compiles at once, each holding one of the host's compile
+        // permits (granted first come, first served): the first genome of a generation
+        // reaches a GPU after one compile, not one per specialization.
+        let mut compiling = Vec::new();
         for c in candidates {
             let permit = self
                 .compile_limit
@@ -290,14 +293,17 @@ impl GpuBackend {
             let (ev, c2) = (self.evaluator.clone(), c.clone());
             // Compile and read the SASS before taking a GPU slot: on an H200 the
             // cuobjdump run inside the slot left the GPU idle half the time.
-            let (result, sass) = tokio::task::spawn_blocking(move || {
+            let task = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
                 let compiled = ev.compile(&c2);
                 let sass = compiled.as_ref().ok().and_then(|c| ev.sass_of(c));
                 (compiled, sass)
-            })
-            .await
-            .expect("compile task");
-            drop(permit);
+            });
+            compiling.push((c, task));
+        }
+        let mut compiled = Vec::new();
+        for (c, task) in compiling {
+            let (result, sass) = task.await.expect("compile task");
             match result {
                 Ok(result) => compiled.push((c, result, sass)),
                 Err(e) => {

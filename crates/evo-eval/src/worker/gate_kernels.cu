@@ -335,3 +335,32 @@ extern "C" __global__ void evo_differ(const DifferJob* jobs) {
         atomicMin(&out[1], first);
     }
 }
+
+// A checksum of n bytes at ptr, added to *out (zeroed by the host): the wrapping sum over its
+// 8-byte words (the last zero-padded) of mix(word ^ mix(index)). A sum, so the order the blocks
+// add in does not matter; any change of the bytes changes it but with probability 2^-64. Kept
+// references are checked with it before each use (a kernel's stray write cannot change another
+// variant's verdict).
+struct ChecksumJob {
+    unsigned long long ptr, n, out;
+};
+
+extern "C" __global__ void evo_checksum(const ChecksumJob* jobs) {
+    const ChecksumJob& j = jobs[blockIdx.y];
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(j.ptr);
+    const unsigned long long words = (j.n + 7) / 8;
+    const bool aligned = j.ptr % 8 == 0;
+    unsigned long long sum = 0;
+    for (unsigned long long i = evo_gate::global_index(); i < words; i += evo_gate::global_stride()) {
+        unsigned long long w = 0;
+        if (aligned && 8 * i + 8 <= j.n) {
+            w = reinterpret_cast<const unsigned long long*>(p)[i];
+        } else {
+            for (unsigned long long b = 0; b < 8 && 8 * i + b < j.n; ++b)
+                w |= static_cast<unsigned long long>(p[8 * i + b]) << (8 * b);
+        }
+        sum += evo_gate::mix(w ^ evo_gate::mix(i));
+    }
+    sum = evo_gate::block_reduce(sum, 0ull, evo_gate::Sum());
+    if (threadIdx.x == 0 && sum) atomicAdd(reinterpret_cast<unsigned long long*>(j.out), sum);
+}

@@ -159,6 +159,7 @@ pub(crate) struct GateKernels {
     absmax: Function,
     compare: Function,
     differ: Function,
+    checksum: Function,
     /// Device buffers for job tables and results, kept between calls (an allocation and
     /// its free, which synchronises the device, on every check cost more than the check).
     tables: std::cell::RefCell<Option<DeviceBuffer>>,
@@ -203,6 +204,7 @@ impl GateKernels {
             absmax: module.function("evo_absmax")?,
             compare: module.function("evo_compare")?,
             differ: module.function("evo_differ")?,
+            checksum: module.function("evo_checksum")?,
             _module: module,
             tables: Default::default(),
             results: Default::default(),
@@ -420,11 +422,73 @@ impl GateKernels {
             })
             .collect())
     }
+
+    /// The `evo_checksum` of each region (address, bytes).
+    pub fn checksum(&self, gpu: &Gpu, regions: &[(u64, u64)]) -> Result<Vec<u64>, CudaError> {
+        if regions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = grown(gpu, &self.results, regions.len() * 8)?;
+        let out = out.as_ref().expect("grown");
+        gpu.upload_at(out, 0, &vec![0u8; regions.len() * 8])?;
+        let mut packed = Vec::with_capacity(regions.len() * 24);
+        for (i, &(ptr, n)) in regions.iter().enumerate() {
+            packed.extend(ptr.to_le_bytes());
+            packed.extend(n.to_le_bytes());
+            packed.extend((out.ptr() + (i * 8) as u64).to_le_bytes());
+        }
+        let words = regions.iter().map(|r| r.1.div_ceil(8)).max().unwrap_or(0);
+        self.run(gpu, &self.checksum, &packed, regions.len(), words)?;
+        Ok(gpu
+            .download_at(out, 0, regions.len() * 8)?
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+/// For GPU tests: GPU 0 with the gate kernels loaded, or `None` (said) where there is none.
+pub(super) fn gpu_with_kernels() -> Option<(Gpu, GateKernels)> {
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipping: no GPU ({e})");
+            return None;
+        }
+    };
+    let (major, minor) = gpu.info.compute_capability;
+    let arch = evo_core::Target::arch_for_capability(major, minor);
+    let compiled = evo_gpu::Compiler::new(&arch, &["-std=c++17".to_string()], 0, None)
+        .unwrap()
+        .compile(&evo_gpu::CompileRequest {
+            name: "evo_gate_kernels.cu".into(),
+            source: SOURCE.into(),
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    let kernels = GateKernels::load(&gpu, &compiled.cubin.unwrap()).unwrap();
+    Some((gpu, kernels))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `evo_checksum` of `bytes`, on the host: the wrapping sum over 8-byte little-endian words
+    /// (the last zero-padded) of mix(word ^ mix(index)).
+    fn checksum_of(bytes: &[u8]) -> u64 {
+        use evo_kernels::harness::mix;
+        bytes
+            .chunks(8)
+            .enumerate()
+            .map(|(i, c)| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                mix(u64::from_le_bytes(w) ^ mix(i as u64))
+            })
+            .fold(0u64, u64::wrapping_add)
+    }
 
     use evo_kernels::harness::counter_value as fill_value;
     use evo_kernels::harness::HostTensor;
@@ -478,6 +542,7 @@ mod tests {
             "evo_absmax",
             "evo_compare",
             "evo_differ",
+            "evo_checksum",
         ] {
             assert!(out.kernel(k).is_some(), "no kernel {k}");
         }
@@ -521,29 +586,6 @@ mod tests {
             assert!(out.kernel(&r.entry).is_some(), "no kernel {}", r.entry);
         }
         assert!(seen.len() >= 3, "{seen:?}");
-    }
-
-    /// GPU 0 with the gate kernels loaded, or `None` (said) where there is none.
-    fn gpu_with_kernels() -> Option<(Gpu, GateKernels)> {
-        let gpu = match Gpu::open(0) {
-            Ok(g) => g,
-            Err(e) => {
-                println!("skipping: no GPU ({e})");
-                return None;
-            }
-        };
-        let (major, minor) = gpu.info.compute_capability;
-        let arch = evo_core::Target::arch_for_capability(major, minor);
-        let compiled = evo_gpu::Compiler::new(&arch, &["-std=c++17".to_string()], 0, None)
-            .unwrap()
-            .compile(&evo_gpu::CompileRequest {
-                name: "evo_gate_kernels.cu".into(),
-                source: SOURCE.into(),
-            })
-            .unwrap();
-        assert!(compiled.success, "{}", compiled.log);
-        let kernels = GateKernels::load(&gpu, &compiled.cubin.unwrap()).unwrap();
-        Some((gpu, kernels))
     }
 
     fn sdpa_shape() -> evo_core::Vars {
@@ -857,6 +899,37 @@ mod tests {
                     "{pokes:?} against {pattern:?}"
                 );
             }
+        }
+    }
+
+    /// On a GPU: `evo_checksum` is the host's `checksum_of` for aligned and ragged regions
+    /// and unaligned starts, over many blocks, and a single changed bit anywhere changes it.
+    #[test]
+    fn gpu_checksum_is_the_host_rule_and_sees_one_bit() {
+        let Some((gpu, gate)) = gpu_with_kernels() else {
+            return;
+        };
+        let n = (5 << 20) + 13;
+        let mut bytes: Vec<u8> = (0..n).map(|i| (i * 31 + i / 509) as u8).collect();
+        let b = gpu.alloc(n).unwrap();
+        gpu.upload(&b, &bytes).unwrap();
+        let regions = [(b.ptr(), n as u64), (b.ptr() + 3, 1001), (b.ptr() + 8, 64)];
+        let got = gate.checksum(&gpu, &regions).unwrap();
+        let want: Vec<u64> = [(0, n), (3, 1001), (8, 64)]
+            .iter()
+            .map(|&(at, len)| checksum_of(&bytes[at..at + len]))
+            .collect();
+        assert_eq!(got, want);
+        for poke in [0, 4097, n - 1] {
+            bytes[poke] ^= 0x10;
+            gpu.upload(&b, &bytes).unwrap();
+            let changed = gate.checksum(&gpu, &[(b.ptr(), n as u64)]).unwrap()[0];
+            assert_eq!(changed, checksum_of(&bytes), "byte {poke}");
+            assert_ne!(
+                changed, want[0],
+                "byte {poke} changed, the checksum did not"
+            );
+            bytes[poke] ^= 0x10;
         }
     }
 

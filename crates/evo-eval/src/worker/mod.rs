@@ -9,10 +9,12 @@
 //! * `trials`: the correctness trials of a shape (varied calls, adversarial inputs,
 //!   poisoned or stale outputs, guards, padding, untouched inputs, a repeat launch).
 //! * `timed`: the timing gate, which verifies every replay it times.
-//! * `gpu_checks`: the worker's own kernels (fill, compare, byte checks).
+//! * `gpu_checks`: the worker's own kernels (fill, compare, byte checks, checksums).
+//! * `kept`: references kept for the jobs of a batch, checksummed.
 
 mod buffers;
 mod gpu_checks;
+mod kept;
 mod timed;
 mod trials;
 
@@ -67,13 +69,15 @@ pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::
             std::process::exit(3);
         }
     };
+    let kept = kept::KeptReferences::new(gpu.info.memory_bytes);
     let mut worker = Worker {
         gpu,
         references: HashMap::new(),
         compiler: None,
         gate: None,
         stages: Stages::default(),
-        final_refs: Default::default(),
+        kept: std::cell::RefCell::new(kept),
+        last_job_end: None,
     };
     let ready = Response::Ready {
         pid: std::process::id(),
@@ -122,8 +126,10 @@ struct Worker {
     gate: Option<gpu_checks::GateKernels>,
     /// Time per stage of the job in hand (`JobResult::stages_ms`).
     stages: Stages,
-    /// References of the last timed replays of the current batch of jobs.
-    final_refs: std::cell::RefCell<timed::FinalReferences>,
+    /// References of the current batch's contents, shared by its jobs.
+    kept: std::cell::RefCell<kept::KeptReferences>,
+    /// When the previous job's GPU work ended.
+    last_job_end: Option<Instant>,
 }
 
 /// A stage being timed (see [`Stages::timer`]).
@@ -226,7 +232,9 @@ impl Worker {
         let start = Instant::now();
         let mut result = JobResult::failed(job.id, Status::Evaluated, None, "");
         self.stages.take();
-        let outcome = self.run_job(job, &mut result);
+        self.kept.get_mut().start_job(job.batch_seed);
+        let outcome = self.run_job(job, start, &mut result);
+        self.last_job_end = Some(Instant::now());
         result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         result.stages_ms = self.stages.take();
         let fatal = match outcome {
@@ -266,7 +274,7 @@ impl Worker {
         (result, fatal)
     }
 
-    fn run_job(&mut self, job: &Job, result: &mut JobResult) -> Result<(), Stop> {
+    fn run_job(&mut self, job: &Job, started: Instant, result: &mut JobResult) -> Result<(), Stop> {
         let problem = evo_kernels::problem(&job.problem)
             .ok_or_else(|| Stop::Setup(format!("unknown problem `{}`", job.problem)))?;
         let load = Instant::now();
@@ -318,10 +326,15 @@ impl Worker {
         result.check_ms = checks.elapsed().as_secs_f64() * 1e3;
         let timings = Instant::now();
         if let Some(plan) = &job.timing {
-            // The job's first timed shape warms the GPU up for `warmup_ms`; the shapes after
-            // it follow on a GPU that has been running this module since, so one pass over
-            // their sets (and the graph's untimed upload replay) is their warm-up.
-            let mut warmup_ms = plan.warmup_ms;
+            // The job's first timed shape warms the GPU up for `warmup_ms`, unless this
+            // worker's previous job ended less than `warmup_ms` ago (the GPU has been busy
+            // since: its checks ran, then this job's); the shapes after it follow on a GPU
+            // that has been running this module since, so one pass over their sets (and the
+            // graph's untimed upload replay) is their warm-up.
+            let busy = self
+                .last_job_end
+                .is_some_and(|t| started.duration_since(t).as_secs_f64() * 1e3 < plan.warmup_ms);
+            let mut warmup_ms = if busy { 0.0 } else { plan.warmup_ms };
             for (i, shape) in job.shapes.iter().enumerate() {
                 if shape.timed {
                     let t = self.time_shape(job, problem, &functions, shape, plan, warmup_ms)?;

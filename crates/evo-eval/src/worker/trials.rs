@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::buffers::{self, CallBuffers, Guarded};
 use super::gpu_checks::{CompareJob, DifferJob, FillJob, PatternJob};
+use super::kept::{reference_key, Reference};
 use super::{argument_lists, describe, launch_sequence, Stop, Worker};
 use crate::compare;
 use crate::protocol::{
@@ -332,73 +333,86 @@ impl Worker {
         Ok(c)
     }
 
-    /// The float32 output of a reference kernel on inputs already on the GPU at `inputs`
-    /// (contiguous, logical order), left on the GPU.
-    fn reference_at(
-        &self,
-        reference: &evo_kernels::harness::ReferenceKernel,
-        inputs: &[u64],
-        out_len: usize,
-    ) -> Result<DeviceBuffer, Stop> {
-        let _t = self.stages.timer("reference");
-        let out = self.gpu.alloc(out_len * 4)?;
-        self.launch_reference(reference, inputs, out.ptr())?;
-        self.gpu.synchronize()?;
-        Ok(out)
-    }
-
-    /// The float32 reference on host tensors (uploaded for it).
-    fn reference_on(
-        &self,
-        reference: &evo_kernels::harness::ReferenceKernel,
-        inputs: &[HostTensor],
-        out_len: usize,
-    ) -> Result<DeviceBuffer, Stop> {
-        let buffers = {
-            let _t = self.stages.timer("upload");
-            inputs
-                .iter()
-                .map(|h| {
-                    let b = self.gpu.alloc(h.bytes.len())?;
-                    self.gpu.upload(&b, &h.bytes)?;
-                    Ok(b)
-                })
-                .collect::<Result<Vec<_>, evo_gpu::runtime::CudaError>>()?
-        };
-        let ptrs: Vec<u64> = buffers.iter().map(|b| b.ptr()).collect();
-        self.reference_at(reference, &ptrs, out_len)
-    }
-
     /// The output's error against a float32 reference on the GPU; a reference that is not
     /// finite is the evaluator's failure, not the candidate's.
     fn compare_output(
         &self,
         buffers: &CallBuffers,
         layout: &Layout,
-        reference: &DeviceBuffer,
+        reference: &Reference,
         tolerance: Tolerance,
         what: &str,
     ) -> Result<ErrorStats, Stop> {
+        let got = CompareJob {
+            got: buffers.output.ptr(),
+            reference: reference.ptr,
+            n: layout.elements() as u64,
+            elem: buffers.output_elem,
+            tolerance,
+            layout: Some(layout),
+        };
+        self.compare_with(got, reference, what)
+    }
+
+    /// A float32 reference `got` (contiguous, `n` elements) against another: how far apart
+    /// two answers to one trial are (the decoded and the exact one).
+    fn compare_references(
+        &self,
+        got: &Reference,
+        reference: &Reference,
+        n: usize,
+        tolerance: Tolerance,
+        what: &str,
+    ) -> Result<ErrorStats, Stop> {
+        let job = CompareJob {
+            got: got.ptr,
+            reference: reference.ptr,
+            n: n as u64,
+            elem: ElemType::F32,
+            tolerance,
+            layout: None,
+        };
+        self.compare_with(job, reference, what)
+    }
+
+    fn compare_with(
+        &self,
+        job: CompareJob,
+        reference: &Reference,
+        what: &str,
+    ) -> Result<ErrorStats, Stop> {
         let _t = self.stages.timer("compare");
-        let mut compared = self.gate().compare(
-            &self.gpu,
-            &[CompareJob {
-                got: buffers.output.ptr(),
-                reference: reference.ptr(),
-                n: layout.elements() as u64,
-                elem: buffers.output_elem,
-                tolerance,
-                layout: Some(layout),
-            }],
-        )?;
+        let mut compared = self.gate().compare(&self.gpu, &[job])?;
         let compared = compared.pop().expect("one result per job");
         if compared.reference_not_finite > 0 {
+            self.kept.borrow_mut().forget(&reference.key);
             return Err(Stop::Setup(format!(
                 "the reference output is not finite in {} elements for {what}",
                 compared.reference_not_finite
             )));
         }
         Ok(compared.stats)
+    }
+
+    /// The reference on the inputs of `inputs` (host tensors, uploaded when it is not kept).
+    fn reference_on_host(
+        &self,
+        key: String,
+        reference: &evo_kernels::harness::ReferenceKernel,
+        inputs: &[HostTensor],
+        out_len: usize,
+    ) -> Result<Reference, Stop> {
+        self.kept_reference(key, reference, out_len, || {
+            let held = inputs
+                .iter()
+                .map(|h| {
+                    let b = self.gpu.alloc(h.bytes.len())?;
+                    self.gpu.upload(&b, &h.bytes)?;
+                    Ok(b)
+                })
+                .collect::<Result<Vec<_>, evo_gpu::runtime::CudaError>>()?;
+            Ok((held.iter().map(DeviceBuffer::ptr).collect(), held))
+        })
     }
 
     pub(super) fn check_shape(
@@ -452,11 +466,17 @@ impl Worker {
             self.write_inputs(problem, vars, &trial, &cand)?;
             let pristine = self.pristine_copies(&cand)?;
             let reference = self.reference(problem, vars, call)?;
-            let ref_out = self.reference_at(
+            // The batch's jobs share this trial's contents (their seeds are the batch's).
+            let key = reference_key(
+                problem.name(),
+                vars,
+                call,
                 &reference,
-                &pristine.iter().map(DeviceBuffer::ptr).collect::<Vec<_>>(),
-                out_spec.len,
-            )?;
+                &format!("trial {kind:?} seed {seed}"),
+            );
+            let ref_out = self.kept_reference(key, &reference, out_spec.len, || {
+                Ok((pristine.iter().map(DeviceBuffer::ptr).collect(), vec![]))
+            })?;
             let lists = argument_lists(problem, shape, call, functions.len())?;
             let args = cand.kernel_args(&lists).map_err(Stop::Setup)?;
             let out_layout = call.output();
@@ -468,8 +488,32 @@ impl Worker {
                 out_layout,
                 &output_prefill(problem, vars, &trial),
             )?;
+            // Inputs encoded inside the call (FP8 end to end): the bound widened by the
+            // encoding's own error, the decoded answer against the exact one.
+            let tol = match problem.encoded(vars, call, kind, seed) {
+                Some(enc) => {
+                    self.load_reference(problem, &enc.reference)?;
+                    let key = reference_key(
+                        problem.name(),
+                        vars,
+                        call,
+                        &enc.reference,
+                        &format!("encoded {kind:?} seed {seed}"),
+                    );
+                    let decoded =
+                        self.reference_on_host(key, &enc.reference, &enc.inputs, out_spec.len)?;
+                    let floor = self.compare_references(
+                        &decoded,
+                        &ref_out,
+                        out_spec.len,
+                        tol,
+                        &format!("{what} (encoded inputs)"),
+                    )?;
+                    compare::encoded_tolerance(&tol, &enc.kernel_tolerance, &floor)
+                }
+                None => tol,
+            };
             let stats = self.compare_output(&cand, out_layout, &ref_out, tol, &what)?;
-            drop(ref_out);
             let mut failure = self.changed_guard(&[&cand])?;
             if failure.is_none() {
                 failure = self
@@ -490,7 +534,15 @@ impl Worker {
             if failure.is_none() {
                 if let Some(e2e) = problem.end_to_end(vars, call, kind, seed) {
                     self.load_reference(problem, &e2e.reference)?;
-                    let exact = self.reference_on(&e2e.reference, &e2e.inputs, out_spec.len)?;
+                    let key = reference_key(
+                        problem.name(),
+                        vars,
+                        call,
+                        &e2e.reference,
+                        &format!("end to end {kind:?} seed {seed}"),
+                    );
+                    let exact =
+                        self.reference_on_host(key, &e2e.reference, &e2e.inputs, out_spec.len)?;
                     let mut e_tol = e2e.tolerance;
                     if let Some(o) = &plan.end_to_end {
                         e_tol.rtol = o.rtol.unwrap_or(e_tol.rtol);
@@ -498,6 +550,16 @@ impl Worker {
                         e_tol.atol_floor = o.atol_floor.unwrap_or(e_tol.atol_floor);
                         e_tol.rel_l2 = o.rel_l2.unwrap_or(e_tol.rel_l2);
                     }
+                    // Widened by how far encoding alone moved the answer (the reference on
+                    // the decoded inputs against the exact one).
+                    let floor = self.compare_references(
+                        &ref_out,
+                        &exact,
+                        out_spec.len,
+                        e_tol,
+                        &format!("{what} (original inputs)"),
+                    )?;
+                    let e_tol = compare::encoded_tolerance(&e_tol, &tol, &floor);
                     let e_stats = self.compare_output(
                         &cand,
                         out_layout,
@@ -511,6 +573,7 @@ impl Worker {
                     end_to_end = Some(e_stats);
                 }
             }
+            drop(ref_out);
             // A second launch on the same inputs, from NaN again: the same bits, the inputs
             // and every guard still untouched.
             if failure.is_none() && plan.repeat_check && t == 0 {

@@ -15,7 +15,8 @@ use evo_core::Vars;
 
 use super::{Sdpa, SdpaFp8};
 use crate::harness::{
-    dtype, ArgSlot, Call, ElemType, HostTensor, InputKind, ReferenceKernel, TensorSpec, Tolerance,
+    dtype, ArgSlot, Call, ElemType, Encoded, HostTensor, InputKind, ReferenceKernel, TensorSpec,
+    Tolerance,
 };
 use crate::problem::{Problem, VarDecl};
 
@@ -110,6 +111,18 @@ impl Problem for SdpaFp8E2e {
             .expect("sdpa_fwd_fp8 has an end-to-end bound")
     }
 
+    fn encoded(&self, s: &Vars, call: &Call, kind: InputKind, seed: u64) -> Option<Encoded> {
+        // sdpa_fwd_fp8's trial on the same originals (the call's scale): the rule's codes and
+        // descales, its reference and its kernels' tolerance.
+        let mut fp8 = SdpaFp8.default_call(s);
+        fp8.scalars = call.scalars.clone();
+        Some(Encoded {
+            inputs: SdpaFp8.generate(s, &fp8, kind, seed),
+            reference: SdpaFp8.reference(s, &fp8)?,
+            kernel_tolerance: SdpaFp8.tolerance(s),
+        })
+    }
+
     fn edge_shapes(&self, shapes: &[Vars]) -> Vec<Vars> {
         Sdpa.edge_shapes(shapes)
     }
@@ -159,6 +172,35 @@ mod tests {
             SdpaFp8E2e.cpu_reference(&s, &call, &t),
             Sdpa.cpu_reference(&s, &call, &t)
         );
+    }
+
+    /// The encoded inputs are the rule's codes and descales of this trial's inputs (the
+    /// call's scale included), judged by sdpa_fwd_fp8's reference and tolerance.
+    #[test]
+    fn encoded_inputs_are_the_rule_s_codes_of_the_trial() {
+        let s = shape();
+        let d = crate::harness::int(&s, "HEAD_DIM") as usize;
+        for (kind, seed) in [(InputKind::Large, 3), (InputKind::Rows, 4)] {
+            let mut call = SdpaFp8E2e.varied_call(&s, seed, &[]);
+            call.scalars[0] *= 1.5;
+            let originals = SdpaFp8E2e.generate(&s, &call, kind, seed);
+            let enc = SdpaFp8E2e.encoded(&s, &call, kind, seed).unwrap();
+            for (t, seq) in [5usize, 7, 7].into_iter().enumerate() {
+                let values: Vec<f32> = (0..originals[t].len())
+                    .map(|i| originals[t].get(i) as f32)
+                    .collect();
+                let q = crate::fp8::quantize(&values, seq * d);
+                assert_eq!(enc.inputs[t].bytes, q.codes, "{kind:?} tensor {t}");
+                assert_eq!(
+                    enc.inputs[t + 3],
+                    HostTensor::from_f32(ElemType::F32, &q.descale)
+                );
+            }
+            let mut fp8 = SdpaFp8.default_call(&s);
+            fp8.scalars = call.scalars.clone();
+            assert_eq!(Some(enc.reference), SdpaFp8.reference(&s, &fp8));
+            assert_eq!(enc.kernel_tolerance, SdpaFp8.tolerance(&s));
+        }
     }
 
     #[test]
