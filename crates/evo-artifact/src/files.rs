@@ -5,8 +5,9 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use evo_core::{Genome, Value};
+use evo_kernels::harness::MappedBuffer;
 
 use crate::manifest::{LaunchArg, Manifest, ScratchText, Variant};
 
@@ -288,6 +289,11 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
                                 refs.push(format!("&a{j}"));
                             }
                             LaunchArg::TensorMap(t) => {
+                                let address =
+                                    match t.buffer().map_err(|e| anyhow!("{}: {e}", v.name))? {
+                                        (MappedBuffer::Input, param) => param.to_string(),
+                                        (MappedBuffer::Scratch, name) => format!("scratch_{name}"),
+                                    };
                                 writeln!(
                                     h,
                                     "        const cuuint64_t dims{j}[] = {{{}}};\n\
@@ -298,7 +304,7 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
                                     t.dims.iter().map(|e| format!("(cuuint64_t)({e})")).collect::<Vec<_>>().join(", "),
                                     t.box_dims.iter().map(|e| format!("(cuuint32_t)({e})")).collect::<Vec<_>>().join(", "),
                                     c_tensor_map_dtype(&t.elem)?,
-                                    t.param,
+                                    address,
                                     t.dims.len(),
                                     elem_bytes(&t.elem)?,
                                     match t.swizzle_bytes {
