@@ -58,8 +58,9 @@ with open(os.path.join(_DIR, "manifest.json")) as _f:
     MANIFEST = json.load(_f)
 if MANIFEST.get("schema") != "evo-artifact-3":
     raise ImportError(f"{_DIR}/manifest.json has schema {MANIFEST.get('schema')!r}; this evo_kernel.py reads 'evo-artifact-3'")
-if MANIFEST["problem"] != "sdpa_fwd":
-    raise ImportError(f"this artifact is for problem {MANIFEST['problem']!r}; evo_kernel implements sdpa_fwd")
+# sdpa_fwd_fp8_e2e takes sdpa_fwd's arguments (fp16/bf16 q, k, v; its kernels quantize to FP8).
+if MANIFEST["problem"] not in ("sdpa_fwd", "sdpa_fwd_fp8_e2e"):
+    raise ImportError(f"this artifact is for problem {MANIFEST['problem']!r}; evo_kernel implements sdpa_fwd and sdpa_fwd_fp8_e2e")
 
 # str(tensor.dtype) -> the artifact's DTYPE.
 DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16"}

@@ -155,6 +155,13 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
     );
     writeln!(
         h,
+        "\n// Whether the variants compute through FP8 e4m3 from DTYPE inputs (problem sdpa_fwd_fp8_e2e):\n\
+         // example.cpp then holds them to the gates' end-to-end bound, not to DTYPE rounding.\n\
+         constexpr bool through_fp8 = {};",
+        m.problem == "sdpa_fwd_fp8_e2e"
+    )?;
+    writeln!(
+        h,
         "\n// Dispatch ({}): {}",
         m.dispatch.mode, m.dispatch.rule
     )?;

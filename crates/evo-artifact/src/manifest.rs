@@ -827,6 +827,10 @@ mod tests {
         assert_eq!(sdpa[8].kind, "i64");
         assert_eq!(sdpa[20].name, "softmax_scale");
         assert_eq!(sdpa[20].kind, "f32");
+        // The end-to-end FP8 problem takes sdpa_fwd's arguments (an exported artifact of it is
+        // called as attention is).
+        let e2e = abi_params(evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap().abi()).unwrap();
+        assert_eq!(e2e, sdpa);
         let gemm = abi_params(evo_kernels::problem("gemm").unwrap().abi()).unwrap();
         let names: Vec<&str> = gemm.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc"]);
@@ -850,6 +854,7 @@ mod tests {
             ("sdpa_fwd", "sdpa_fwd_mma_splitkv"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws"),
         ] {
             let f = Family::load(&root, problem, family).unwrap();
             assert!(f.is_multi_arg(), "{family}");
@@ -870,8 +875,7 @@ mod tests {
                 evo_kernels::Specializations::new(f.problem, target, std::slice::from_ref(&shape))
                     .unwrap();
             let space = f.space(specs.contexts()).unwrap();
-            // sdpa_fwd_fp8_e2e takes sdpa_fwd's arguments (its ABI text says so in words).
-            let params = abi_params(evo_kernels::problem("sdpa_fwd").unwrap().abi()).unwrap();
+            let params = abi_params(f.problem.abi()).unwrap();
             assert_eq!(params.len(), f.problem.args(&shape).len());
             for g in space.iter_valid().take(8) {
                 let vars = space.vars(&g, 0).unwrap();
