@@ -855,6 +855,7 @@ mod tests {
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws_cluster"),
         ] {
             let f = Family::load(&root, problem, family).unwrap();
             assert!(f.is_multi_arg(), "{family}");

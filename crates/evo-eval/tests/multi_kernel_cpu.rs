@@ -1,5 +1,6 @@
 //! Without a GPU: the shipped multi-kernel families (sdpa_fwd_fp8_e2e_mma,
-//! sdpa_fwd_fp8_e2e_split, sdpa_fwd_fp8_e2e_ws and the split-KV attention families) compile with NVRTC, and their per-launch argument lists match the
+//! sdpa_fwd_fp8_e2e_split, sdpa_fwd_fp8_e2e_ws, sdpa_fwd_fp8_e2e_ws_cluster and the split-KV
+//! attention families) compile with NVRTC, and their per-launch argument lists match the
 //! parameters of the kernels they launch in the PTX (the check the evaluator runs before any
 //! launch); a list with an argument missing or of the wrong width is rejected with the
 //! kernel named.
@@ -243,6 +244,35 @@ fn fp8_e2e_ws_argument_lists_match_the_ptx() {
         let e = check_arguments(&c.params, &kernels, &short).unwrap_err();
         assert!(e.contains("`sdpa_fwd_fp8`"), "{e}");
     }
+}
+
+/// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster): three launches of
+/// sdpa_fp8_quantize_cluster (five parameters, a cluster of 8 CTAs in its PTX), then the ws
+/// kernel; every list matches the PTX.
+#[test]
+fn fp8_e2e_ws_cluster_argument_lists_match_the_ptx() {
+    let c = Compiled::new(
+        "sdpa_fwd_fp8_e2e_ws_cluster",
+        &[
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", 77.into()),
+            ("SEQ_KV", 1000.into()),
+            ("HEAD_DIM", 64.into()),
+            ("CAUSAL", false.into()),
+            ("DTYPE", "f16".into()),
+        ],
+    );
+    assert_eq!(c.params["sdpa_fp8_quantize_cluster"].len(), 5);
+    let kernels = c.kernels();
+    assert_eq!(kernels.len(), 4);
+    let args = c.args();
+    check_arguments(&c.params, &kernels, &args).unwrap();
+    let mut narrow = args.clone();
+    narrow[0][4] = ArgSlot::I32(256);
+    let e = check_arguments(&c.params, &kernels, &narrow).unwrap_err();
+    assert!(e.contains("`sdpa_fp8_quantize_cluster`"), "{e}");
+    assert_eq!(c.dims()[0].1.grid, [8, 6, 1]);
 }
 
 /// The split-KV attention families (problem sdpa_fwd): the attention kernel takes the ABI
