@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Issue 19 end to end: FP8 attention from fp16/bf16 on an H100/H200 (family sdpa_fwd_fp8_e2e_ws:
 # the two-pass quantizer into e4m3 scratch, then sdpa_fwd_fp8_ws's kernel over TMA maps of the
-# scratch codes, timed as one call). From the repo root with the release binary at .gpu/evo and
-# PyTorch; no network. Logs, JSON and the tables under $OUT. Every step has its own time limit and
-# the whole stays within FP8_E2E_BUDGET_S seconds (default 450): a step that would start past it
-# is skipped (said in commands.txt).
+# scratch codes, timed as one call; sdpa_fwd_fp8_e2e_ws_cluster: the same with a one-pass cluster
+# quantizer). From the repo root with the release binary at .gpu/evo and PyTorch; no network.
+# Logs, JSON and the tables under $OUT. Every step has its own time limit and the whole stays
+# within FP8_E2E_BUDGET_S seconds (default 480): a step that would start past it is skipped (said
+# in commands.txt; run the skipped phases in a second call with --phases).
 #  1. check: every gate but timing (seeded and adversarial trials, edge shapes, repeat launch,
-#     guards) on the genomes of bench/gpu/fp8_e2e_genomes.txt at the shapes of
-#     configs/sdpa_fp8_e2e_ws.toml (f16 and bf16, head dims 64 and 128, causal and not).
+#     guards) at the shapes of configs/sdpa_fp8_e2e_ws.toml (f16 and bf16, head dims 64 and 128,
+#     causal and not): the first two genomes of bench/gpu/fp8_e2e_genomes.txt end to end, the
+#     first one with the cluster quantizer.
 #  2. ab: PyTorch SDPA (every backend, scripts/torch_sdpa_baseline.py: times and relative L2
-#     against float64) on the config's shapes, then the first two genomes end to end (problem
-#     sdpa_fwd_fp8_e2e) and kernel only (the same genomes, family sdpa_fwd_fp8_ws on problem
-#     sdpa_fwd_fp8: inputs already e4m3) on the same shapes, one random trial each (the check
-#     phase did the rest); the table (bench/gpu/fp8_e2e_table.py): per shape and genome the
-#     end-to-end and kernel-only times, the quantizer's share, cuDNN/e2e, cuDNN/kernel, and the
-#     errors against attention on the original inputs beside cuDNN fp16's own.
+#     against float64) on the config's shapes, then on the same shapes the first two genomes end
+#     to end (problem sdpa_fwd_fp8_e2e), the first with the cluster quantizer, and both kernel only
+#     (family sdpa_fwd_fp8_ws on problem sdpa_fwd_fp8: inputs already e4m3), one random trial
+#     each (the check phase did the rest); the table (bench/gpu/fp8_e2e_table.py): per shape and
+#     genome the end-to-end (both quantizers) and kernel-only times, each quantizer's share and
+#     implied GB/s, cuDNN/e2e, cuDNN/kernel, and the errors against attention on the original
+#     inputs beside cuDNN's own.
 #  3. artifact: a small run (`evo search`, the two genomes on (4,16,4096,128) f16, causal and not;
 #     the search sanitizes its best), `evo export` of it, and bench/gpu/fp8_e2e_artifact.py: the
 #     artifact's Python entry point called with fp16 tensors (quantizing inside, strict: no
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
     --phases) PHASES=${2:?--phases needs a list, e.g. check,ab}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     --table) TABLE_ONLY=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "fp8_e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +50,7 @@ done
 has_phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 export EVO_CACHE_DIR=$PWD/.evo-cache
-BUDGET=${FP8_E2E_BUDGET_S:-450}
+BUDGET=${FP8_E2E_BUDGET_S:-480}
 
 # run LIMIT LOG CMD...: the command under a time limit (cut to what is left of the budget, less
 # 15 s for the table), stdout to LOG (stderr to LOG.err).
@@ -75,7 +78,8 @@ genome_args() {
 
 table() {
   python3 bench/gpu/fp8_e2e_table.py --genomes "$GENOMES" --torch "$OUT/torch_ab.json" \
-    --e2e "$OUT/ab_e2e.json" --kernel "$OUT/ab_kernel.json" --json "$OUT/ab_summary.json" | tee "$OUT/table.txt"
+    --e2e "$OUT/ab_e2e.json" --cluster "$OUT/ab_cluster.json" --kernel "$OUT/ab_kernel.json" \
+    --json "$OUT/ab_summary.json" | tee "$OUT/table.txt"
 }
 
 if [ $TABLE_ONLY = 1 ]; then table; exit 0; fi
@@ -97,21 +101,26 @@ before search "$CONFIG" > "$tmp/check.toml"
   printf '[timing]\nbudget_ms = 300\nmin_samples = 8\n'; } > "$tmp/time_e2e.toml"
 sed -e 's/^problem = .*/problem = "sdpa_fwd_fp8"/' -e 's/^family = .*/family = "sdpa_fwd_fp8_ws"/' \
   "$tmp/time_e2e.toml" > "$tmp/time_kernel.toml"
+cluster='s/^family = .*/family = "sdpa_fwd_fp8_e2e_ws_cluster"/'
+sed "$cluster" "$tmp/check.toml" > "$tmp/check_cluster.toml"
+sed "$cluster" "$tmp/time_e2e.toml" > "$tmp/time_cluster.toml"
 
+mapfile -t G_ONE < <(genome_args 1)
+mapfile -t G_TWO < <(genome_args 2)
 if has_phase check; then
-  mapfile -t G_ALL < <(genome_args)
-  run 150 "$OUT/check.txt" "$EVO" eval -c "$tmp/check.toml" --templates templates --no-timing "${G_ALL[@]}"
+  run 120 "$OUT/check.txt" "$EVO" eval -c "$tmp/check.toml" --templates templates --no-timing "${G_TWO[@]}"
+  run 60 "$OUT/check_cluster.txt" "$EVO" eval -c "$tmp/check_cluster.toml" --templates templates --no-timing "${G_ONE[@]}"
   if [ $DRY = 0 ]; then
-    bad=$(grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static" "$OUT/check.txt")
-    echo "check: $bad lines with a failing status in $OUT/check.txt (0: every genome evaluated at every shape)" | tee "$OUT/check_summary.txt"
+    bad=$(cat "$OUT"/check*.txt | grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static")
+    echo "check: $bad lines with a failing status in $OUT/check*.txt (0: every genome evaluated at every shape)" | tee "$OUT/check_summary.txt"
   fi
 fi
 
 if has_phase ab; then
-  mapfile -t G_TWO < <(genome_args 2)
-  run 90 "$OUT/torch_ab.txt" python3 scripts/torch_sdpa_baseline.py "$tmp/time_e2e.toml" --out "$OUT/torch_ab.json"
+  run 80 "$OUT/torch_ab.txt" python3 scripts/torch_sdpa_baseline.py "$tmp/time_e2e.toml" --out "$OUT/torch_ab.json"
   run 100 "$OUT/ab_e2e.json" "$EVO" --json eval -c "$tmp/time_e2e.toml" --templates templates "${G_TWO[@]}"
-  run 80 "$OUT/ab_kernel.json" "$EVO" --json eval -c "$tmp/time_kernel.toml" --templates templates "${G_TWO[@]}"
+  run 50 "$OUT/ab_cluster.json" "$EVO" --json eval -c "$tmp/time_cluster.toml" --templates templates "${G_ONE[@]}"
+  run 90 "$OUT/ab_kernel.json" "$EVO" --json eval -c "$tmp/time_kernel.toml" --templates templates "${G_TWO[@]}"
   [ $DRY = 1 ] || table
 fi
 
@@ -164,11 +173,11 @@ $baseline
 seeds = ["${SEEDS[0]:-}", "${SEEDS[1]:-}"]
 patience = 0
 EOF
-  run 170 "$OUT/artifact_search.txt" "$EVO" search -c "$tmp/artifact.toml" --templates templates --run e2e \
+  run 120 "$OUT/artifact_search.txt" "$EVO" search -c "$tmp/artifact.toml" --templates templates --run e2e \
     --db "$DB" --budget 2evals --no-progress
-  run 60 "$OUT/artifact_export.txt" "$EVO" export e2e --db "$DB" --templates templates --out "$ART"
+  run 45 "$OUT/artifact_export.txt" "$EVO" export e2e --db "$DB" --templates templates --out "$ART"
   if [ $DRY = 1 ] || [ -f "$ART/manifest.json" ]; then
-    run 60 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
+    run 45 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
     [ $DRY = 1 ] || cat "$OUT/artifact_python.txt"
   else
     echo "artifact: no manifest under $ART (see $OUT/artifact_export.txt*)" | tee -a "$OUT/commands.txt"
