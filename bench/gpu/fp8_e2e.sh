@@ -177,7 +177,7 @@ EOF
     --db "$DB" --budget 2evals --no-progress
   run 45 "$OUT/artifact_export.txt" "$EVO" export e2e --db "$DB" --templates templates --out "$ART"
   if [ $DRY = 1 ] || [ -f "$ART/manifest.json" ]; then
-    run 45 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
+    run 60 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
     [ $DRY = 1 ] || cat "$OUT/artifact_python.txt"
   else
     echo "artifact: no manifest under $ART (see $OUT/artifact_export.txt*)" | tee -a "$OUT/commands.txt"
