@@ -22,7 +22,7 @@
 #     the search sanitizes its best), `evo export` of it, and bench/gpu/fp8_e2e_artifact.py: the
 #     artifact's Python entry point called with fp16 tensors (quantizing inside, strict: no
 #     fallback), its error against float64 beside F.scaled_dot_product_attention's, eager time
-#     per call of both.
+#     per call of both; then `evo verify` of the artifact with what is left of the budget.
 # Usage: bench/gpu/fp8_e2e.sh [--phases check,ab,artifact] [--dry-run] [--table]
 #   --dry-run  print every command instead of running it (no GPU needed)
 #   --table    only (re)print the table from the JSON already under $OUT
@@ -179,6 +179,8 @@ EOF
   if [ $DRY = 1 ] || [ -f "$ART/manifest.json" ]; then
     run 60 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
     [ $DRY = 1 ] || cat "$OUT/artifact_python.txt"
+    # The artifact's own CUBINs through evo's gates again, if the budget leaves time.
+    run 60 "$OUT/artifact_verify.txt" "$EVO" verify "$ART" --templates templates
   else
     echo "artifact: no manifest under $ART (see $OUT/artifact_export.txt*)" | tee -a "$OUT/commands.txt"
   fi

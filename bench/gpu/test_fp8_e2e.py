@@ -47,9 +47,9 @@ class DryRun(unittest.TestCase):
     def cfg(self, name):
         return tomllib.loads((self.out / name).read_text())
 
-    def test_nine_steps_each_under_a_limit(self):
+    def test_ten_steps_each_under_a_limit(self):
         limits = [int(re.match(r"\[dry-run\] timeout (\d+) ", l).group(1)) for l in self.lines]
-        self.assertEqual(len(limits), 9)
+        self.assertEqual(len(limits), 10)
         self.assertTrue(all(0 < x <= 120 for x in limits), limits)
 
     def test_check_runs_both_quantizers_with_every_gate_at_the_configs_shapes(self):
