@@ -813,6 +813,39 @@ pub(crate) fn portable_expr(source: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// A tensor map as manifests wrote it before scratch maps (`param` only) reads as a map
+    /// over that input and writes back unchanged; a scratch map names `scratch`; one naming
+    /// both, or neither, is refused in words.
+    #[test]
+    fn tensor_map_texts_name_an_input_or_a_scratch_buffer() {
+        let old = r#"{"tensor_map": {"param": "q", "elem": "f16", "dims": ["HEAD_DIM", "SEQ_Q"], "box_dims": ["64", "BLOCK_M"], "swizzle_bytes": 128}}"#;
+        let arg: LaunchArg = serde_json::from_str(old).unwrap();
+        let LaunchArg::TensorMap(t) = &arg else {
+            panic!("{arg:?}")
+        };
+        assert_eq!(t.buffer(), Ok((MappedBuffer::Input, "q")));
+        let back: serde_json::Value = serde_json::to_value(&arg).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(old).unwrap()
+        );
+        let scratch = old.replace(r#""param": "q""#, r#""scratch": "q8""#);
+        let LaunchArg::TensorMap(t) = serde_json::from_str(&scratch).unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.buffer(), Ok((MappedBuffer::Scratch, "q8")));
+        for bad in [
+            old.replace(r#""param": "q""#, r#""param": "q", "scratch": "q8""#),
+            old.replace(r#""param": "q", "#, ""),
+        ] {
+            let LaunchArg::TensorMap(t) = serde_json::from_str(&bad).unwrap() else {
+                panic!()
+            };
+            let e = t.buffer().unwrap_err();
+            assert!(e.contains("`param` or `scratch`, one of the two"), "{e}");
+        }
+    }
+
     #[test]
     fn abi_params_of_every_problem() {
         let sdpa = abi_params(evo_kernels::problem("sdpa_fwd").unwrap().abi()).unwrap();
