@@ -6,10 +6,12 @@
 # Logs, JSON and the tables under $OUT. Every step has its own time limit and the whole stays
 # within FP8_E2E_BUDGET_S seconds (default 480): a step that would start past it is skipped (said
 # in commands.txt; run the skipped phases in a second call with --phases).
-#  1. check: every gate but timing (seeded and adversarial trials, edge shapes, repeat launch,
-#     guards) at the shapes of configs/sdpa_fp8_e2e_ws.toml (f16 and bf16, head dims 64 and 128,
-#     causal and not): the first two genomes of bench/gpu/fp8_e2e_genomes.txt end to end, the
-#     first one with the cluster quantizer.
+#  1. check: the GPU tests that compare both quantizers' codes and descales with the host rule
+#     bit for bit (crates/evo-eval/tests/gpu_multi_kernel.rs, from .gpu/tests.tar.zst); every gate
+#     but timing (seeded and adversarial trials, edge shapes, repeat launch, guards) at the shapes
+#     of configs/sdpa_fp8_e2e_ws.toml (f16 and bf16, head dims 64 and 128, causal and not): the
+#     first two genomes of bench/gpu/fp8_e2e_genomes.txt end to end, the first one with the
+#     cluster quantizer.
 #  2. ab: PyTorch SDPA (every backend, scripts/torch_sdpa_baseline.py: times and relative L2
 #     against float64) on the config's shapes, then on the same shapes the first two genomes end
 #     to end (problem sdpa_fwd_fp8_e2e), the first with the cluster quantizer, and both kernel only
@@ -108,11 +110,17 @@ sed "$cluster" "$tmp/time_e2e.toml" > "$tmp/time_cluster.toml"
 mapfile -t G_ONE < <(genome_args 1)
 mapfile -t G_TWO < <(genome_args 2)
 if has_phase check; then
+  run 60 "$OUT/quantizer_tests.txt" .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst \
+    --workspace-remap . --no-fail-fast --no-capture \
+    -E 'test(split_quantizer_is_the_one_pass_rule_bit_for_bit) | test(cluster_quantizer_is_the_one_pass_rule_bit_for_bit)'
   run 120 "$OUT/check.txt" "$EVO" eval -c "$tmp/check.toml" --templates templates --no-timing "${G_TWO[@]}"
   run 60 "$OUT/check_cluster.txt" "$EVO" eval -c "$tmp/check_cluster.toml" --templates templates --no-timing "${G_ONE[@]}"
   if [ $DRY = 0 ]; then
     bad=$(cat "$OUT"/check*.txt | grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static")
     echo "check: $bad lines with a failing status in $OUT/check*.txt (0: every genome evaluated at every shape)" | tee "$OUT/check_summary.txt"
+    # nextest reports each test on stderr: PASS / FAIL / SKIP lines.
+    cat "$OUT/quantizer_tests.txt" "$OUT/quantizer_tests.txt.err" 2>/dev/null | grep -E "^ *(PASS|FAIL|SIGSEGV|TIMEOUT)|skipping|bit for bit|equal to the host rule" \
+      | tee -a "$OUT/check_summary.txt"
   fi
 fi
 

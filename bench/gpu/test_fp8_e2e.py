@@ -47,10 +47,15 @@ class DryRun(unittest.TestCase):
     def cfg(self, name):
         return tomllib.loads((self.out / name).read_text())
 
-    def test_ten_steps_each_under_a_limit(self):
+    def test_eleven_steps_each_under_a_limit(self):
         limits = [int(re.match(r"\[dry-run\] timeout (\d+) ", l).group(1)) for l in self.lines]
-        self.assertEqual(len(limits), 10)
+        self.assertEqual(len(limits), 11)
         self.assertTrue(all(0 < x <= 120 for x in limits), limits)
+
+    def test_check_starts_with_both_quantizers_bit_for_bit_on_the_gpu(self):
+        self.assertIn("nextest run --archive-file .gpu/tests.tar.zst", self.lines[0])
+        for name in ("split_quantizer_is_the_one_pass_rule_bit_for_bit", "cluster_quantizer_is_the_one_pass_rule_bit_for_bit"):
+            self.assertIn(f"test({name})", self.lines[0])
 
     def test_check_runs_both_quantizers_with_every_gate_at_the_configs_shapes(self):
         check = [l for l in self.lines if "check.txt" in l][0]
