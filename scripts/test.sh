@@ -17,10 +17,11 @@ echo "PostgreSQL for the tests: $EVO_TEST_PG_URL"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The kernel tools' CPU checks (bench/): the generated wgmma specializations are current, the
-# float64 desk check of the attention tile logic, the A/B script's arguments and table.
+# float64 desk check of the attention tile logic, the A/B and FP8 end-to-end scripts' arguments and tables.
 python3 bench/kernel/gen_wgmma.py --check
 python3 bench/kernel/desk_check.py --quick
 python3 bench/gpu/test_kernel_ab.py
+python3 bench/gpu/test_fp8_e2e.py
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

@@ -9,7 +9,8 @@ size (data from HBM, not cache), replayed several times; median per call. The me
 (scripts/sdpa_bench.py) and its numbers match ../shared/tools/torch_sdpa_baseline.py (column graph_us).
 
 Writes an evo-baseline-1 file (the `default` backend's times; every backend's under
-"backends_us", null where it does not support the shape) that `[search] baseline =
+"backends_us", null where it does not support the shape, and its relative L2 error against
+float64 SDPA on the first input set under "backends_rel_l2") that `[search] baseline =
 "import:FILE"` reads, and prints a table of every backend. Layout (B, H, S, D)
 contiguous, as evo's sdpa_fwd problem passes its tensors.
 """
@@ -52,7 +53,8 @@ for sh in shapes:
     if times["default"][0] is None:
         sys.exit(f"the default SDPA backend failed on {full}: {times['default'][1]}")
     out_shapes.append({"shape": full, "median_us": times["default"][0],
-                       "backends_us": {n: t for n, (t, _) in times.items()}})
+                       "backends_us": {n: t for n, (t, _) in times.items()},
+                       "backends_rel_l2": {n: e for n, (t, e) in times.items() if t is not None}})
     rows.append((f"{B}x{H}x{SQ}x{SKV}x{D}{' causal' if causal else ''}", times))
 
 json.dump({"format": "evo-baseline-1", "source": f"torch {torch.__version__} sdpa (default backend), CUDA graph",

@@ -58,8 +58,9 @@ with open(os.path.join(_DIR, "manifest.json")) as _f:
     MANIFEST = json.load(_f)
 if MANIFEST.get("schema") != "evo-artifact-3":
     raise ImportError(f"{_DIR}/manifest.json has schema {MANIFEST.get('schema')!r}; this evo_kernel.py reads 'evo-artifact-3'")
-if MANIFEST["problem"] != "sdpa_fwd":
-    raise ImportError(f"this artifact is for problem {MANIFEST['problem']!r}; evo_kernel implements sdpa_fwd")
+# sdpa_fwd_fp8_e2e takes sdpa_fwd's arguments (fp16/bf16 q, k, v; its kernels quantize to FP8).
+if MANIFEST["problem"] not in ("sdpa_fwd", "sdpa_fwd_fp8_e2e"):
+    raise ImportError(f"this artifact is for problem {MANIFEST['problem']!r}; evo_kernel implements sdpa_fwd and sdpa_fwd_fp8_e2e")
 
 # str(tensor.dtype) -> the artifact's DTYPE.
 DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16"}
@@ -322,17 +323,26 @@ def _decide(q, k, v, is_causal, scale, capability=None):
                 elif "tensor_map" in a:
                     t = a["tensor_map"]
                     dims = [eval_expr(e, env) for e in t["dims"]]
-                    if math.prod(dims) != math.prod(tensor_shapes[t["param"]]):
-                        raise ArtifactError(f"tensor map over {t['param']}: dims {dims} do not cover its {tensor_shapes[t['param']]} elements")
-                    if t["param"] != "o" and t["param"] not in copies and not _is_contiguous(tensor_shapes[t["param"]], strides[t["param"]]):
-                        raise ArtifactError(f"variant {variant['name']} reads {t['param']} through a TMA tensor map but does not declare it contiguous")
                     elem = _ELEM_BYTES[t["elem"]]
+                    if "scratch" in t:
+                        # A scratch buffer: contiguous by construction; the map stays inside it.
+                        tensor, label = ("scratch", t["scratch"]), t["scratch"]
+                        have = dict(sizes).get(label)
+                        if have is None or math.prod(dims) * elem > have:
+                            raise ArtifactError(f"tensor map over scratch {label}: dims {dims} of {elem}-byte elements "
+                                                f"do not fit its {have} bytes")
+                    else:
+                        tensor = label = t["param"]
+                        if math.prod(dims) != math.prod(tensor_shapes[label]):
+                            raise ArtifactError(f"tensor map over {label}: dims {dims} do not cover its {tensor_shapes[label]} elements")
+                        if label != "o" and label not in copies and not _is_contiguous(tensor_shapes[label], strides[label]):
+                            raise ArtifactError(f"variant {variant['name']} reads {label} through a TMA tensor map but does not declare it contiguous")
                     tmap_strides, s = [], elem
                     for n in dims[:-1]:
                         s *= n
                         tmap_strides.append(s)
-                    args.append((f"tensor_map({t['param']})", "tensor_map",
-                                 {"tensor": t["param"], "elem": t["elem"], "dims": dims, "strides_bytes": tmap_strides,
+                    args.append((f"tensor_map({label})", "tensor_map",
+                                 {"tensor": tensor, "elem": t["elem"], "dims": dims, "strides_bytes": tmap_strides,
                                   "box": [eval_expr(e, env) for e in t["box_dims"]], "swizzle_bytes": t["swizzle_bytes"]}))
                 else:
                     raise ArtifactError(f"kernel {rule['kernel']}: argument {a} is unknown to this evo_kernel.py")
@@ -387,7 +397,8 @@ def plan(q, k, v, causal=False, scale=None, scratch=None):
                 value = scratch.get(what[1], 0) if isinstance(what, tuple) else ptrs[what]
             elif kind == "tensor_map":
                 value = {key: x for key, x in what.items() if key != "tensor"}
-                value["address"] = ptrs[what["tensor"]]
+                t = what["tensor"]
+                value["address"] = scratch.get(t[1], 0) if isinstance(t, tuple) else ptrs[t]
             else:
                 value = what
             out.append((label, kind, value))
@@ -491,7 +502,7 @@ class _TensorMap:
     re-pointed at each call's tensor (cuTensorMapReplaceAddress when the address moved)."""
 
     def __init__(self, desc):
-        self.tensor = desc["tensor"]
+        self.tensor = desc["tensor"]  # "q", "k", "v", "o" or ("scratch", name)
         self.buf = ctypes.create_string_buffer(256)
         self.addr = (ctypes.addressof(self.buf) + 127) // 128 * 128
         rank = len(desc["dims"])
@@ -547,6 +558,8 @@ class _Plan:
         scratch = {name: ctypes.c_uint64() for name, _ in self.scratch}
         b.scratch = [(scratch[name], off) for (name, _), off in zip(self.scratch, self.offsets)]
         b.tmaps = []
+        b.scratch_tmaps = []  # (map, offset in the workspace)
+        scratch_names = [name for name, _ in self.scratch]
         b.stream = ctypes.c_void_p()
         b.keep, b.calls = [], []
         ctype = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
@@ -559,7 +572,10 @@ class _Plan:
                     addrs.append(ctypes.addressof(x))
                 elif kind == "tensor_map":
                     m = _TensorMap(what)
-                    b.tmaps.append(m)
+                    if isinstance(m.tensor, tuple):
+                        b.scratch_tmaps.append((m, self.offsets[scratch_names.index(m.tensor[1])]))
+                    else:
+                        b.tmaps.append(m)
                     addrs.append(m.addr)
                 else:
                     x = ctype[kind](what)
@@ -576,7 +592,7 @@ class _Plan:
 
 class _Bound:
     """A plan's driver-side state on one device (see _Plan.bind)."""
-    __slots__ = ("ctx", "q", "k", "v", "o", "scratch", "tmaps", "stream", "keep", "calls")
+    __slots__ = ("ctx", "q", "k", "v", "o", "scratch", "tmaps", "scratch_tmaps", "stream", "keep", "calls")
 
 
 # ---- the call -----------------------------------------------------------------------------
@@ -689,6 +705,8 @@ def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
             base = ws.data_ptr()
             for slot, off in b.scratch:
                 slot.value = base + off
+            for m, off in b.scratch_tmaps:
+                m.point(base + off)
         for m in b.tmaps:
             m.point(qp if m.tensor == "q" else kp if m.tensor == "k" else vp)
         b.stream.value = stream

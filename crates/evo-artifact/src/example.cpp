@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     CHECK(cuMemcpyDtoH(ho.data(), o, nq * 2));
 
     // Reference: softmax(scale * q k^T (+ causal mask, top-left)) v in double.
-    double max_err = 0.0, max_ref = 0.0;
+    double max_err = 0.0, max_ref = 0.0, err2 = 0.0, ref2 = 0.0;
     std::vector<double> s(SKV);
     for (long long b = 0; b < B; ++b)
         for (long long h = 0; h < H; ++h)
@@ -188,10 +188,16 @@ int main(int argc, char** argv) {
                     max_err = std::max(max_err, std::fabs(got - ref));
                     if (!(std::fabs(got - ref) <= 1e30)) max_err = INFINITY;  // NaN never passes
                     max_ref = std::max(max_ref, std::fabs(ref));
+                    err2 += (got - ref) * (got - ref);
+                    ref2 += ref * ref;
                 }
             }
-    // Outputs are averages of values of size ~1: a few units in the last place.
-    const double tolerance = bf16 ? 3e-2 : 4e-3;
+    // Outputs are averages of values of size ~1: a few units in the last place. Variants that
+    // compute through FP8 e4m3 are held to the gates' end-to-end bound instead: relative L2 at
+    // most 0.25 and every element within 0.5 x the largest |output|.
+    const double rel_l2 = std::sqrt(err2 / std::max(ref2, 1e-300));
+    const double tolerance = evo_artifact::through_fp8 ? 0.5 * max_ref : bf16 ? 3e-2 : 4e-3;
+    const bool ok = max_err <= tolerance && (!evo_artifact::through_fp8 || rel_l2 <= 0.25);
 
     // Time: 20 warm-up launches, then 200 between two events.
     CUevent start, stop;
@@ -210,8 +216,9 @@ int main(int argc, char** argv) {
                 (long long)v->head_dim, v->causal ? ", causal" : "", gpu);
     std::printf("shape (batch %lld, heads %lld, seq_q %lld, seq_kv %lld, head_dim %lld), workspace %llu bytes\n",
                 B, H, SQ, SKV, D, ws);
-    std::printf("max abs error vs CPU reference: %.3e (largest |output| %.3f; tolerance %.0e): %s\n", max_err,
-                max_ref, tolerance, max_err <= tolerance ? "ok" : "FAILED");
+    std::printf("max abs error vs CPU reference: %.3e (largest |output| %.3f; tolerance %.0e), relative L2 %.3e%s: %s\n",
+                max_err, max_ref, tolerance, rel_l2, evo_artifact::through_fp8 ? " (bound 0.25, through FP8)" : "",
+                ok ? "ok" : "FAILED");
     std::printf("time per call: %.2f us (%d launches between CUDA events)\n", ms * 1000.0 / reps, reps);
 
     cuEventDestroy(start);
@@ -224,5 +231,5 @@ int main(int argc, char** argv) {
     if (workspace) cuMemFree(workspace);
     cuModuleUnload(mod);
     cuDevicePrimaryCtxRelease(dev);
-    return max_err <= tolerance ? 0 : 1;
+    return ok ? 0 : 1;
 }

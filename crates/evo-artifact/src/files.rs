@@ -5,8 +5,9 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use evo_core::{Genome, Value};
+use evo_kernels::harness::MappedBuffer;
 
 use crate::manifest::{LaunchArg, Manifest, ScratchText, Variant};
 
@@ -154,6 +155,13 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
     );
     writeln!(
         h,
+        "\n// Whether the variants compute through FP8 e4m3 from DTYPE inputs (problem sdpa_fwd_fp8_e2e):\n\
+         // example.cpp then holds them to the gates' end-to-end bound, not to DTYPE rounding.\n\
+         constexpr bool through_fp8 = {};",
+        m.problem == "sdpa_fwd_fp8_e2e"
+    )?;
+    writeln!(
+        h,
         "\n// Dispatch ({}): {}",
         m.dispatch.mode, m.dispatch.rule
     )?;
@@ -288,6 +296,11 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
                                 refs.push(format!("&a{j}"));
                             }
                             LaunchArg::TensorMap(t) => {
+                                let address =
+                                    match t.buffer().map_err(|e| anyhow!("{}: {e}", v.name))? {
+                                        (MappedBuffer::Input, param) => param.to_string(),
+                                        (MappedBuffer::Scratch, name) => format!("scratch_{name}"),
+                                    };
                                 writeln!(
                                     h,
                                     "        const cuuint64_t dims{j}[] = {{{}}};\n\
@@ -298,7 +311,7 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
                                     t.dims.iter().map(|e| format!("(cuuint64_t)({e})")).collect::<Vec<_>>().join(", "),
                                     t.box_dims.iter().map(|e| format!("(cuuint32_t)({e})")).collect::<Vec<_>>().join(", "),
                                     c_tensor_map_dtype(&t.elem)?,
-                                    t.param,
+                                    address,
                                     t.dims.len(),
                                     elem_bytes(&t.elem)?,
                                     match t.swizzle_bytes {

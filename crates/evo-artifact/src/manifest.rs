@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::launch::LaunchRule;
 use evo_core::{Expr, Genome, LaunchDims, Value, Vars};
 use evo_gpu::resources::KernelResources;
-use evo_kernels::harness::{dtype, ArgSlot, ElemType};
+use evo_kernels::harness::{dtype, ArgSlot, ElemType, MappedBuffer};
 use evo_kernels::{ArgRef, Family, ScratchRule};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -203,20 +203,38 @@ pub enum LaunchArg {
 }
 
 /// A tiled TMA tensor map (`cuTensorMapEncodeTiled`) over the tensor of an ABI pointer
-/// parameter, viewed as a contiguous tensor of `dims` elements (innermost first; byte
-/// strides are the running products of the dimensions), read in `box_dims` boxes, with
-/// element type the tensor's, no interleave, element strides 1, `swizzle_bytes`
-/// shared-memory swizzle (0, 32, 64, 128), L2 promotion 128 bytes, out-of-bounds
-/// elements read as zero.
+/// parameter (`param`) or a scratch buffer (`scratch`; exactly one of the two is given),
+/// viewed as a contiguous tensor of `dims` elements (innermost first; byte strides are the
+/// running products of the dimensions), read in `box_dims` boxes, with element type the
+/// tensor's, no interleave, element strides 1, `swizzle_bytes` shared-memory swizzle (0,
+/// 32, 64, 128), L2 promotion 128 bytes, out-of-bounds elements read as zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TensorMapText {
-    pub param: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<String>,
+    /// Absent in manifests written before maps over scratch existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<String>,
     /// The tensor's element type (`f16`, `bf16`, `f32`, `e4m3`, `u8`).
     pub elem: String,
     pub dims: Vec<String>,
     pub box_dims: Vec<String>,
     pub swizzle_bytes: u32,
+}
+
+impl TensorMapText {
+    /// The buffer the map views and its name (an ABI pointer parameter or a scratch buffer);
+    /// an error unless exactly one of `param` and `scratch` is given.
+    pub fn buffer(&self) -> Result<(MappedBuffer, &str), String> {
+        match (&self.param, &self.scratch) {
+            (Some(param), None) => Ok((MappedBuffer::Input, param)),
+            (None, Some(scratch)) => Ok((MappedBuffer::Scratch, scratch)),
+            (p, s) => Err(format!(
+                "a tensor map names the tensor it views as `param` or `scratch`, one of the two (it has param {p:?}, scratch {s:?})"
+            )),
+        }
+    }
 }
 
 /// A scratch buffer: `len` (an expression) elements of `elem` (`f16`, `bf16`, `f32`,
@@ -536,19 +554,41 @@ pub(crate) fn launch_texts(
                         ArgRef::I32(e) => out.push(LaunchArg::I32(text(&what, e)?)),
                         ArgRef::I64(e) => out.push(LaunchArg::I64(text(&what, e)?)),
                         ArgRef::TensorMap {
-                            input,
+                            buffer,
+                            of,
                             dims,
                             boxes,
                             swizzle,
                         } => out.push(LaunchArg::TensorMap(TensorMapText {
-                            param: slot_name(ArgSlot::Input(*input))?,
-                            elem: problem
-                                .inputs(shape)
-                                .get(*input)
-                                .ok_or_else(|| format!("{what}: no input {input}"))?
-                                .elem
-                                .dtype_name()
-                                .to_string(),
+                            param: match of {
+                                MappedBuffer::Input => Some(slot_name(ArgSlot::Input(*buffer))?),
+                                MappedBuffer::Scratch => None,
+                            },
+                            scratch: match of {
+                                MappedBuffer::Input => None,
+                                MappedBuffer::Scratch => Some(
+                                    family
+                                        .scratch
+                                        .get(*buffer)
+                                        .ok_or_else(|| format!("{what}: no scratch {buffer}"))?
+                                        .name
+                                        .clone(),
+                                ),
+                            },
+                            elem: match of {
+                                MappedBuffer::Input => {
+                                    problem
+                                        .inputs(shape)
+                                        .get(*buffer)
+                                        .ok_or_else(|| format!("{what}: no input {buffer}"))?
+                                        .elem
+                                }
+                                MappedBuffer::Scratch => {
+                                    family.scratch[*buffer].elem.unwrap_or_else(|| dtype(shape))
+                                }
+                            }
+                            .dtype_name()
+                            .to_string(),
                             dims: dims
                                 .iter()
                                 .map(|e| text(&what, e))
@@ -626,6 +666,12 @@ impl VariantLaunches {
                 .position(|p| p.name == name)
                 .ok_or_else(|| anyhow!("{}", at(&format!("no ABI parameter `{name}`"))))
         };
+        let scratch_index = |name: &str| {
+            v.scratch
+                .iter()
+                .position(|s| s.name == name)
+                .ok_or_else(|| anyhow!("{}", at(&format!("no scratch `{name}`"))))
+        };
         let mut rules = Vec::new();
         let mut args = Vec::new();
         for l in &v.launches {
@@ -646,25 +692,33 @@ impl VariantLaunches {
                         .map(|a| {
                             Ok(match a {
                                 LaunchArg::Param(name) => ArgRef::Abi(param(name)?),
-                                LaunchArg::Scratch(name) => ArgRef::Slot(ArgSlot::Scratch(
-                                    v.scratch.iter().position(|s| s.name == *name).ok_or_else(
-                                        || anyhow!("{}", at(&format!("no scratch `{name}`"))),
-                                    )?,
-                                )),
+                                LaunchArg::Scratch(name) => {
+                                    ArgRef::Slot(ArgSlot::Scratch(scratch_index(name)?))
+                                }
                                 LaunchArg::I32(e) => ArgRef::I32(parse(e)?),
                                 LaunchArg::I64(e) => ArgRef::I64(parse(e)?),
                                 LaunchArg::TensorMap(t) => {
-                                    let ArgSlot::Input(input) = abi[param(&t.param)?] else {
-                                        bail!(
-                                            "{}",
-                                            at(&format!(
-                                                "tensor map over `{}`, not an input",
-                                                t.param
-                                            ))
-                                        );
-                                    };
+                                    let (buffer, of) =
+                                        match t.buffer().map_err(|e| anyhow!("{}", at(&e)))? {
+                                            (MappedBuffer::Input, name) => {
+                                                let ArgSlot::Input(input) = abi[param(name)?]
+                                                else {
+                                                    bail!(
+                                                        "{}",
+                                                        at(&format!(
+                                                        "tensor map over `{name}`, not an input"
+                                                    ))
+                                                    );
+                                                };
+                                                (input, MappedBuffer::Input)
+                                            }
+                                            (MappedBuffer::Scratch, name) => {
+                                                (scratch_index(name)?, MappedBuffer::Scratch)
+                                            }
+                                        };
                                     ArgRef::TensorMap {
-                                        input,
+                                        buffer,
+                                        of,
                                         dims: t.dims.iter().map(parse).collect::<Result<_>>()?,
                                         boxes: t
                                             .box_dims
@@ -759,6 +813,39 @@ pub(crate) fn portable_expr(source: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// A tensor map as manifests wrote it before scratch maps (`param` only) reads as a map
+    /// over that input and writes back unchanged; a scratch map names `scratch`; one naming
+    /// both, or neither, is refused in words.
+    #[test]
+    fn tensor_map_texts_name_an_input_or_a_scratch_buffer() {
+        let old = r#"{"tensor_map": {"param": "q", "elem": "f16", "dims": ["HEAD_DIM", "SEQ_Q"], "box_dims": ["64", "BLOCK_M"], "swizzle_bytes": 128}}"#;
+        let arg: LaunchArg = serde_json::from_str(old).unwrap();
+        let LaunchArg::TensorMap(t) = &arg else {
+            panic!("{arg:?}")
+        };
+        assert_eq!(t.buffer(), Ok((MappedBuffer::Input, "q")));
+        let back: serde_json::Value = serde_json::to_value(&arg).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(old).unwrap()
+        );
+        let scratch = old.replace(r#""param": "q""#, r#""scratch": "q8""#);
+        let LaunchArg::TensorMap(t) = serde_json::from_str(&scratch).unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.buffer(), Ok((MappedBuffer::Scratch, "q8")));
+        for bad in [
+            old.replace(r#""param": "q""#, r#""param": "q", "scratch": "q8""#),
+            old.replace(r#""param": "q", "#, ""),
+        ] {
+            let LaunchArg::TensorMap(t) = serde_json::from_str(&bad).unwrap() else {
+                panic!()
+            };
+            let e = t.buffer().unwrap_err();
+            assert!(e.contains("`param` or `scratch`, one of the two"), "{e}");
+        }
+    }
+
     #[test]
     fn abi_params_of_every_problem() {
         let sdpa = abi_params(evo_kernels::problem("sdpa_fwd").unwrap().abi()).unwrap();
@@ -773,6 +860,10 @@ mod tests {
         assert_eq!(sdpa[8].kind, "i64");
         assert_eq!(sdpa[20].name, "softmax_scale");
         assert_eq!(sdpa[20].kind, "f32");
+        // The end-to-end FP8 problem takes sdpa_fwd's arguments (an exported artifact of it is
+        // called as attention is).
+        let e2e = abi_params(evo_kernels::problem("sdpa_fwd_fp8_e2e").unwrap().abi()).unwrap();
+        assert_eq!(e2e, sdpa);
         let gemm = abi_params(evo_kernels::problem("gemm").unwrap().abi()).unwrap();
         let names: Vec<&str> = gemm.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "m", "n", "k", "lda", "ldb", "ldc"]);
@@ -796,6 +887,8 @@ mod tests {
             ("sdpa_fwd", "sdpa_fwd_mma_splitkv"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_mma"),
             ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws"),
+            ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws_cluster"),
         ] {
             let f = Family::load(&root, problem, family).unwrap();
             assert!(f.is_multi_arg(), "{family}");
@@ -816,8 +909,7 @@ mod tests {
                 evo_kernels::Specializations::new(f.problem, target, std::slice::from_ref(&shape))
                     .unwrap();
             let space = f.space(specs.contexts()).unwrap();
-            // sdpa_fwd_fp8_e2e takes sdpa_fwd's arguments (its ABI text says so in words).
-            let params = abi_params(evo_kernels::problem("sdpa_fwd").unwrap().abi()).unwrap();
+            let params = abi_params(f.problem.abi()).unwrap();
             assert_eq!(params.len(), f.problem.args(&shape).len());
             for g in space.iter_valid().take(8) {
                 let vars = space.vars(&g, 0).unwrap();
@@ -856,6 +948,7 @@ mod tests {
                         f.problem,
                         &back.rules,
                         &back.args,
+                        &back.scratch,
                         &back.constants,
                         &shape
                     )

@@ -168,6 +168,7 @@ fn prepare(
                     problem,
                     &launches.rules,
                     &launches.args,
+                    &launches.scratch,
                     &launches.constants,
                     shape,
                 )

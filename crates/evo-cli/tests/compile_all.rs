@@ -376,6 +376,71 @@ fn a_covering_sample_of_fp8_ws_genomes_compiles_with_qgmma_only() {
     }
 }
 
+/// The end-to-end ws families compile for sm_90a with the first seed of
+/// configs/sdpa_fp8_e2e_ws.toml in every specialization it asks for (f16 and bf16, head dims 64
+/// and 128, causal and not): the attention kernel spill-free with QGMMA and no HGMMA or HMMA, the
+/// quantizer kernels spill-free beside it, launched first: sdpa_fwd_fp8_e2e_ws the split
+/// quantizer's six, sdpa_fwd_fp8_e2e_ws_cluster (the same config, that family) one cluster
+/// quantizer per tensor. (The attention code is sdpa_fwd_fp8_ws's, whose covering sample
+/// compiles above.)
+#[test]
+fn the_fp8_e2e_ws_config_compiles_the_quantizer_and_the_qgmma_kernel() {
+    let config = root().join("configs/sdpa_fp8_e2e_ws.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let seed = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("\"BLOCK_N="))
+        .map(|l| format!("BLOCK_N={}", l.trim_end_matches(['"', ','])))
+        .unwrap_or_else(|| panic!("no seed in {text}"));
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(
+        &cluster,
+        text.replace(
+            "family = \"sdpa_fwd_fp8_e2e_ws\"",
+            &format!(
+                "family = \"sdpa_fwd_fp8_e2e_ws_cluster\"\ntemplates = {:?}",
+                root().join("templates")
+            ),
+        ),
+    )
+    .unwrap();
+    let split_quantizer = [
+        "sdpa_fp8_amax",
+        "sdpa_fp8_quantize_chunks",
+        "sdpa_fp8_amax",
+        "sdpa_fp8_quantize_chunks",
+        "sdpa_fp8_amax",
+        "sdpa_fp8_quantize_chunks",
+    ];
+    let cluster_quantizer = ["sdpa_fp8_quantize_cluster"; 3];
+    for (config, quantizer) in [
+        (&config, &split_quantizer[..]),
+        (&cluster, &cluster_quantizer[..]),
+    ] {
+        let reports = compile(&["-g", &seed], config);
+        // f16 and bf16 x head dims 64 and 128 x causal and not.
+        assert_eq!(reports.len(), 8);
+        check_kernel_with(&reports, "sdpa_fwd_fp8", "QGMMA");
+        for r in &reports {
+            let g = r["genome"].as_str().unwrap();
+            assert_eq!(tensor_ops(r, "sdpa_fwd_fp8", "HGMMA"), 0, "{g}");
+            assert_eq!(tensor_ops(r, "sdpa_fwd_fp8", "HMMA"), 0, "{g}");
+            let launched: Vec<&str> = r["launch"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l[0].as_str().unwrap())
+                .collect();
+            assert_eq!(launched[..quantizer.len()], *quantizer, "{g}");
+            assert_eq!(launched[quantizer.len()..], ["sdpa_fwd_fp8"], "{g}");
+            for name in quantizer {
+                assert_spill_free(r, name);
+            }
+        }
+    }
+}
+
 /// A sample of each split-KV attention family that uses every value of every knob compiles
 /// for sm_90a (both head dims; f16 non-causal and bf16 causal) without spills or a stack
 /// frame in either kernel: the attention kernel with its tensor-core instructions (HGMMA for

@@ -1100,7 +1100,12 @@ fn genome_run(db: &Path, r: &OneGenome) {
             .create_run(&NewRun {
                 name: r.name.into(),
                 config_toml: r.config_toml.clone(),
-                problem: "sdpa_fwd".into(),
+                problem: r
+                    .config_toml
+                    .lines()
+                    .find_map(|l| l.strip_prefix("problem = "))
+                    .map(|p| p.trim_matches('"').to_string())
+                    .expect("the config names its problem"),
                 family: r.family.into(),
                 seed: 1,
                 strategy: "evolution".into(),
@@ -1296,6 +1301,138 @@ fn export_of_a_family_with_tensor_map_arguments() {
     check_python_loader(&out);
     check_kernel_h(&out);
     // evo verify reads the arguments back (no GPU here: it stops after the hashes).
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(stdout.contains("hashes: ok"), "{stdout}");
+    assert!(stdout.contains("manifest: consistent"), "{stdout}");
+}
+
+/// The first seed of configs/sdpa_fp8_e2e_ws.toml (the kernel-only family's n192-L).
+const E2E_WS: &str = "BLOCK_N=192,CONSUMER_WG=2,EXP2_POLY=off,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=40,PSUM=f32,RESCALE=lazy,SETMAXNREG=true,STAGES=2";
+
+/// End-to-end FP8 (problem sdpa_fwd_fp8_e2e, family sdpa_fwd_fp8_e2e_ws) exports with sdpa_fwd's
+/// arguments: seven launches (the quantizer into scratch, then the QGMMA kernel) whose tensor
+/// maps view the scratch codes; the Python plan points those maps into the call's workspace,
+/// kernel.h encodes them over its scratch pointers, and verify reads them back.
+#[test]
+fn export_of_an_end_to_end_fp8_variant_with_maps_over_scratch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let shape = |b: i64, h: i64, s: i64, d: i64, causal: bool, dtype: &str| -> Vars {
+        let mut v = f16_shapes()[0].clone();
+        for (k, x) in [
+            ("BATCH", b),
+            ("HEADS", h),
+            ("SEQ_Q", s),
+            ("SEQ_KV", s),
+            ("HEAD_DIM", d),
+        ] {
+            v.insert(k.into(), Value::Int(x));
+        }
+        v.insert("CAUSAL".into(), Value::Bool(causal));
+        v.insert("DTYPE".into(), Value::Str(dtype.into()));
+        v
+    };
+    // The config's shapes: every specialization (f16/bf16, head dim 64/128, causal or not).
+    let mut measured = Vec::new();
+    for (b, s, d, dtypes) in [
+        (4, 4096, 128, &["f16", "bf16"][..]),
+        (1, 16384, 128, &["f16"][..]),
+        (4, 4096, 64, &["f16", "bf16"][..]),
+    ] {
+        for dtype in dtypes {
+            for causal in [false, true] {
+                measured.push(shape(b, 16, s, d, causal, dtype));
+            }
+        }
+    }
+    one_genome_run(
+        &db,
+        "e2e",
+        "sdpa_fp8_e2e_ws",
+        "sdpa_fwd_fp8_e2e_ws",
+        E2E_WS,
+        &measured,
+    );
+    let out = tmp.path().join("art");
+    evo(&db)
+        .args(["export", "--unsanitized", "e2e", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let m = manifest(&out);
+    assert_eq!(m["problem"], "sdpa_fwd_fp8_e2e");
+    assert_eq!(m["abi"]["params"].as_array().unwrap().len(), 21);
+    let variants = m["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 8);
+    for v in variants {
+        let d = v["specialization"]["HEAD_DIM"].as_i64().unwrap();
+        let launches = v["launches"].as_array().unwrap();
+        assert_eq!(launches.len(), 7);
+        assert_eq!(launches[6]["kernel"], "sdpa_fwd_fp8");
+        let args = launches[6]["args"].as_array().unwrap();
+        assert_eq!(args.len(), 27);
+        assert_eq!(args[0], serde_json::json!({"scratch": "q8"}));
+        assert_eq!(args[3], serde_json::json!({"param": "o"}));
+        assert_eq!(args[4], serde_json::json!({"scratch": "q_descale"}));
+        assert_eq!(args[23], serde_json::json!({"param": "softmax_scale"}));
+        assert_eq!(
+            args[24],
+            serde_json::json!({"tensor_map": {
+                "scratch": "q8",
+                "elem": "e4m3",
+                "dims": ["HEAD_DIM", "SEQ_Q", "BATCH * HEADS"],
+                "box_dims": ["HEAD_DIM", "BLOCK_M", "1"],
+                "swizzle_bytes": d,
+            }})
+        );
+        assert_eq!(args[26]["tensor_map"]["scratch"], "v8");
+        assert_eq!(v["contiguous"], serde_json::json!(["q", "k", "v"]));
+    }
+    // The Python plan: the maps' addresses are their scratch buffers' in the workspace.
+    if let Some(py) = python() {
+        let script =
+            "import json, sys\nsys.path.insert(0, sys.argv[1])\nsys.path.insert(0, sys.argv[2])\n\
+            import evo_kernel as ek, artifact_fakes as f\n\
+            q, k, v = f.qkv(4, 16, 4096, 4096, 128)\n\
+            p = ek.plan(q, k, v, scratch={'q8': 1 << 20, 'k8': 2 << 20, 'v8': 3 << 20})\n\
+            print(json.dumps(p.as_dict()))\n";
+        let o = std::process::Command::new(py)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-c", script])
+            .arg(&out)
+            .arg(root().join("crates/evo-cli/tests"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let plan: Json = serde_json::from_slice(&o.stdout).unwrap();
+        let attention = &plan["launches"][6]["args"];
+        assert_eq!(attention[0], serde_json::json!(["q8", "pointer", 1 << 20]));
+        for (i, (name, address)) in [("q8", 1 << 20), ("k8", 2 << 20), ("v8", 3 << 20)]
+            .into_iter()
+            .enumerate()
+        {
+            let map = &attention[24 + i];
+            assert_eq!(map[0], format!("tensor_map({name})"), "{map}");
+            assert_eq!(map[2]["address"], address, "{map}");
+            assert_eq!(map[2]["elem"], "e4m3", "{map}");
+        }
+        assert_eq!(
+            attention[24][2]["dims"],
+            serde_json::json!([128, 4096, 4 * 16])
+        );
+        assert_eq!(
+            plan["scratch"][0],
+            serde_json::json!(["q8", 4 * 16 * 4096 * 128])
+        );
+    }
+    check_kernel_h(&out);
+    let kernel_h = std::fs::read_to_string(out.join("kernel.h")).unwrap();
+    assert!(kernel_h.contains("constexpr bool through_fp8 = true;"));
+    assert!(
+        kernel_h.contains("CU_TENSOR_MAP_DATA_TYPE_UINT8, scratch_q8,"),
+        "{kernel_h}"
+    );
     let v = evo(&db).arg("verify").arg(&out).assert();
     let stdout = String::from_utf8_lossy(&v.get_output().stdout).to_string();
     assert!(stdout.contains("hashes: ok"), "{stdout}");

@@ -476,3 +476,145 @@ fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
         want.descale
     );
 }
+
+/// The one-pass cluster quantizer of sdpa_fwd_fp8_e2e_ws_cluster (sdpa_fp8_quantize_cluster:
+/// 8 CTAs per slice, the maxima through distributed shared memory) gives the host rule's codes
+/// and descales bit for bit, and the split quantizer's bytes (the NaN's code included), in f16
+/// and bf16: with the whole slice kept on chip (`hold` = a CTA's part) and with most of it read
+/// again (`hold` = 256 elements of parts of 1232), on slices of 9856 elements whose maximum lies
+/// in the last CTA's part, an all-zero slice, a NaN, and values up to 60000.
+#[test]
+fn cluster_quantizer_is_the_one_pass_rule_bit_for_bit() {
+    use evo_gpu::runtime::{Gpu, KernelArg};
+    let Some(arch) = arch() else { return };
+    if !arch.starts_with("sm_9") && !arch.starts_with("sm_10") {
+        println!("skipping: {arch} has no thread-block clusters for sdpa_fwd_fp8_e2e_ws_cluster");
+        return;
+    }
+    let (slices, slice_len, chunk) = (6usize, 77 * 128usize, 8192usize);
+    let part = slice_len.div_ceil(8).div_ceil(8) * 8;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    };
+    let mut values: Vec<f32> = (0..slices * slice_len)
+        .map(|_| (next() * 3.0) as f32)
+        .collect();
+    values[slice_len + slice_len - 5] = 250.0;
+    values[2 * slice_len..3 * slice_len].fill(0.0);
+    values[3 * slice_len + 100] = f32::NAN;
+    values[4 * slice_len + 7] = -60000.0;
+    let gpu = Gpu::open(0).unwrap();
+    for dtype in ["f16", "bf16"] {
+        // What the GPU reads: the values rounded to the dtype.
+        let (bytes, read): (Vec<u8>, Vec<f32>) = if dtype == "f16" {
+            let h: Vec<half::f16> = values.iter().map(|v| half::f16::from_f32(*v)).collect();
+            (
+                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                h.iter().map(|x| x.to_f32()).collect(),
+            )
+        } else {
+            let h: Vec<half::bf16> = values.iter().map(|v| half::bf16::from_f32(*v)).collect();
+            (
+                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                h.iter().map(|x| x.to_f32()).collect(),
+            )
+        };
+        let want = evo_kernels::fp8::quantize(&read, slice_len);
+        let (family, _, space) = e2e_family(
+            "sdpa_fwd_fp8_e2e_ws_cluster",
+            &arch,
+            &[
+                ("BATCH", 2),
+                ("HEADS", 3),
+                ("SEQ_Q", 77),
+                ("SEQ_KV", 77),
+                ("HEAD_DIM", 128),
+            ],
+        );
+        let mut vars = space.vars(&space.iter_valid().next().unwrap(), 0).unwrap();
+        vars.insert("DTYPE".into(), dtype.into());
+        let source = family.render_vars(&vars).unwrap();
+        let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
+        let compiled = compiler
+            .compile(&CompileRequest {
+                name: "cluster.cu".into(),
+                source,
+            })
+            .unwrap();
+        assert!(compiled.success, "{}", compiled.log);
+        let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
+        let x = gpu.alloc(bytes.len()).unwrap();
+        gpu.upload(&x, &bytes).unwrap();
+        let n = KernelArg::I64(slice_len as i64);
+        let run = |hold: Option<usize>| -> (Vec<u8>, Vec<u8>) {
+            let codes = gpu.alloc(slices * slice_len).unwrap();
+            let descale = gpu.alloc(slices * 4).unwrap();
+            for b in [&codes, &descale] {
+                gpu.memset_u8(b, 0xff).unwrap();
+            }
+            let ptrs = [
+                KernelArg::Ptr(x.ptr()),
+                KernelArg::Ptr(codes.ptr()),
+                KernelArg::Ptr(descale.ptr()),
+            ];
+            match hold {
+                Some(hold) => {
+                    let f = module.function("sdpa_fp8_quantize_cluster").unwrap();
+                    let smem = (2 * hold.min(part)) as u32;
+                    f.set_max_dynamic_smem(smem).unwrap();
+                    let mut args = ptrs.to_vec();
+                    args.extend([n, KernelArg::I64(hold as i64)]);
+                    let dims = LaunchDims {
+                        grid: [8, slices as u32, 1],
+                        block: [512, 1, 1],
+                        shared_bytes: smem,
+                    };
+                    gpu.launch(&f, &dims, &args).unwrap();
+                }
+                None => {
+                    let chunks = slice_len.div_ceil(chunk);
+                    let partial = gpu.alloc(slices * chunks * 4).unwrap();
+                    let c = KernelArg::I64(chunk as i64);
+                    let dims = LaunchDims {
+                        grid: [chunks as u32, slices as u32, 1],
+                        block: [256, 1, 1],
+                        shared_bytes: 0,
+                    };
+                    let amax = module.function("sdpa_fp8_amax").unwrap();
+                    let args = [ptrs[0], KernelArg::Ptr(partial.ptr()), n, c];
+                    gpu.launch(&amax, &dims, &args).unwrap();
+                    let quant = module.function("sdpa_fp8_quantize_chunks").unwrap();
+                    let mut args = ptrs.to_vec();
+                    args.extend([KernelArg::Ptr(partial.ptr()), n, c]);
+                    gpu.launch(&quant, &dims, &args).unwrap();
+                    gpu.synchronize().unwrap();
+                }
+            }
+            gpu.synchronize().unwrap();
+            (
+                gpu.download(&codes).unwrap(),
+                gpu.download(&descale).unwrap(),
+            )
+        };
+        let want_descale: Vec<u8> = want.descale.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let (split_codes, _) = run(None);
+        for hold in [part, 256] {
+            let (codes, descale) = run(Some(hold));
+            let first = (0..codes.len()).find(|&i| !read[i].is_nan() && codes[i] != want.codes[i]);
+            assert_eq!(
+                first, None,
+                "{dtype}, hold {hold}: first code differing from the host rule"
+            );
+            assert_eq!(descale, want_descale, "{dtype}, hold {hold}: descales");
+            assert!(
+                codes == split_codes,
+                "{dtype}, hold {hold}: the cluster and split quantizers differ"
+            );
+        }
+    }
+    println!("cluster quantizer: f16 and bf16 codes and descales equal to the host rule, held and re-read");
+}

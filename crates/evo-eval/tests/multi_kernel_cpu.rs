@@ -1,5 +1,6 @@
 //! Without a GPU: the shipped multi-kernel families (sdpa_fwd_fp8_e2e_mma,
-//! sdpa_fwd_fp8_e2e_split and the split-KV attention families) compile with NVRTC, and their per-launch argument lists match the
+//! sdpa_fwd_fp8_e2e_split, sdpa_fwd_fp8_e2e_ws, sdpa_fwd_fp8_e2e_ws_cluster and the split-KV
+//! attention families) compile with NVRTC, and their per-launch argument lists match the
 //! parameters of the kernels they launch in the PTX (the check the evaluator runs before any
 //! launch); a list with an argument missing or of the wrong width is rejected with the
 //! kernel named.
@@ -183,6 +184,95 @@ fn fp8_e2e_split_argument_lists_match_the_ptx() {
             ("v_amax".to_string(), 96)
         ]
     );
+}
+
+/// The end-to-end ws family (sdpa_fwd_fp8_e2e_ws): the split quantizer's six launches, then
+/// the warp-specialized QGMMA kernel with sdpa_fwd_fp8's ABI plus three 128-byte tensor maps,
+/// those maps over the e4m3 scratch codes; every list matches the PTX, and every map passes the
+/// driver's rules (byte tiles, one swizzle span per box row) at both head dims on ragged shapes.
+#[test]
+fn fp8_e2e_ws_argument_lists_match_the_ptx() {
+    use evo_eval::worker::tensor_map_spec;
+    use evo_kernels::harness::{ElemType, MappedBuffer};
+    for d in [64i64, 128] {
+        let c = Compiled::new(
+            "sdpa_fwd_fp8_e2e_ws",
+            &[
+                ("BATCH", 2.into()),
+                ("HEADS", 3.into()),
+                ("SEQ_Q", 77.into()),
+                ("SEQ_KV", 1000.into()),
+                ("HEAD_DIM", d.into()),
+                ("CAUSAL", true.into()),
+                ("DTYPE", "bf16".into()),
+            ],
+        );
+        assert_eq!(c.params["sdpa_fwd_fp8"].len(), 27);
+        let kernels = c.kernels();
+        assert_eq!(kernels.len(), 7);
+        assert_eq!(kernels[6], "sdpa_fwd_fp8");
+        let args = c.args();
+        check_arguments(&c.params, &kernels, &args).unwrap();
+        let maps: Vec<_> = args[6]
+            .iter()
+            .filter_map(|a| match a {
+                ArgSlot::TensorMap(m) => Some(*m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            maps.iter().map(|m| (m.of, m.buffer)).collect::<Vec<_>>(),
+            [
+                (MappedBuffer::Scratch, 0),
+                (MappedBuffer::Scratch, 1),
+                (MappedBuffer::Scratch, 2)
+            ]
+        );
+        let scratch = c.scratch();
+        for m in &maps {
+            assert_eq!(m.elem, ElemType::E4m3);
+            // The map covers its scratch buffer exactly: (HEAD_DIM, seq, batch * heads).
+            let covered: u64 = m.dims[..m.rank as usize].iter().product();
+            assert_eq!(covered as usize, scratch[m.buffer].len);
+            assert_eq!(m.swizzle_bytes as i64, d);
+            let spec = tensor_map_spec(m, 0x10000).unwrap();
+            assert_eq!(spec.validate(), Ok(()), "{spec:?}");
+        }
+        // Without the last map the attention kernel's list is short.
+        let mut short = args.clone();
+        short[6].pop();
+        let e = check_arguments(&c.params, &kernels, &short).unwrap_err();
+        assert!(e.contains("`sdpa_fwd_fp8`"), "{e}");
+    }
+}
+
+/// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster): three launches of
+/// sdpa_fp8_quantize_cluster (five parameters, a cluster of 8 CTAs in its PTX), then the ws
+/// kernel; every list matches the PTX.
+#[test]
+fn fp8_e2e_ws_cluster_argument_lists_match_the_ptx() {
+    let c = Compiled::new(
+        "sdpa_fwd_fp8_e2e_ws_cluster",
+        &[
+            ("BATCH", 2.into()),
+            ("HEADS", 3.into()),
+            ("SEQ_Q", 77.into()),
+            ("SEQ_KV", 1000.into()),
+            ("HEAD_DIM", 64.into()),
+            ("CAUSAL", false.into()),
+            ("DTYPE", "f16".into()),
+        ],
+    );
+    assert_eq!(c.params["sdpa_fp8_quantize_cluster"].len(), 5);
+    let kernels = c.kernels();
+    assert_eq!(kernels.len(), 4);
+    let args = c.args();
+    check_arguments(&c.params, &kernels, &args).unwrap();
+    let mut narrow = args.clone();
+    narrow[0][4] = ArgSlot::I32(256);
+    let e = check_arguments(&c.params, &kernels, &narrow).unwrap_err();
+    assert!(e.contains("`sdpa_fp8_quantize_cluster`"), "{e}");
+    assert_eq!(c.dims()[0].1.grid, [8, 6, 1]);
 }
 
 /// The split-KV attention families (problem sdpa_fwd): the attention kernel takes the ABI

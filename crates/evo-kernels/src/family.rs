@@ -46,7 +46,7 @@ use evo_core::{Expr, Genome, Knob, LaunchDims, LaunchRule, Space, Target, Value,
 use rand::SeedableRng;
 use serde::Deserialize;
 
-use crate::harness::{dtype, ArgSlot, ElemType, TensorSpec};
+use crate::harness::{dtype, ArgSlot, ElemType, MappedBuffer, TensorSpec};
 use crate::problem::{problem, Problem};
 
 #[derive(Debug, thiserror::Error)]
@@ -138,12 +138,14 @@ pub enum ArgRef {
     /// The problem's ABI argument at this index of [`Problem::args`] (how an exported
     /// artifact's launch names an ABI parameter).
     Abi(usize),
-    /// `tmap:INPUT:DIMS:BOX:SWIZZLE`: a TMA tensor map over input `input` viewed as a
-    /// contiguous tensor of `dims` (innermost first, `;`-separated expressions), read in
-    /// `boxes` boxes, shared-memory swizzle `swizzle` bytes (an expression of the genome
-    /// that evaluates to 0, 32, 64 or 128).
+    /// `tmap:NAME:DIMS:BOX:SWIZZLE`: a TMA tensor map over input or scratch buffer `NAME`
+    /// (`buffer` of the call's inputs or scratch buffers, `of`) viewed as a contiguous
+    /// tensor of `dims` (innermost first, `;`-separated expressions), read in `boxes`
+    /// boxes, shared-memory swizzle `swizzle` bytes (an expression of the genome that
+    /// evaluates to 0, 32, 64 or 128).
     TensorMap {
-        input: usize,
+        buffer: usize,
+        of: MappedBuffer,
         dims: Vec<Expr>,
         boxes: Vec<Expr>,
         swizzle: Expr,
@@ -732,14 +734,24 @@ impl Family {
                             ArgRef::List(name.to_string())
                         } else if let Some(spec) = a.strip_prefix("tmap:") {
                             let parts: Vec<&str> = spec.split(':').collect();
-                            let [input, dims, boxes, swizzle] = parts[..] else {
+                            let [name, dims, boxes, swizzle] = parts[..] else {
                                 return Err(at(format!(
-                                    "`{a}`: write tmap:INPUT:DIM0;DIM1;...:BOX0;BOX1;...:SWIZZLE (dimensions innermost first)"
+                                    "`{a}`: write tmap:NAME:DIM0;DIM1;...:BOX0;BOX1;...:SWIZZLE (NAME an input or a [[scratch]] buffer; dimensions innermost first)"
                                 )));
                             };
-                            let Some(j) = input_names.iter().position(|n| n == input.trim()) else {
+                            let name = name.trim();
+                            let (buffer, of) = if let Some(j) =
+                                input_names.iter().position(|n| n == name)
+                            {
+                                (j, MappedBuffer::Input)
+                            } else if let Some(j) = scratch.iter().position(|s| s.name == name) {
+                                used_scratch.insert(j);
+                                (j, MappedBuffer::Scratch)
+                            } else {
+                                let scratch_names: Vec<&str> =
+                                    scratch.iter().map(|s| s.name.as_str()).collect();
                                 return Err(at(format!(
-                                    "`{a}`: `{input}` is not an input {input_names:?}"
+                                    "`{a}`: `{name}` is neither an input {input_names:?} nor a [[scratch]] buffer {scratch_names:?}"
                                 )));
                             };
                             let exprs = |list: &str| -> Result<Vec<Expr>, FamilyError> {
@@ -777,7 +789,8 @@ impl Family {
                                 swizzle_bytes(bytes).map_err(|err| at(format!("`{a}`: {err}")))?;
                             }
                             ArgRef::TensorMap {
-                                input: j,
+                                buffer,
+                                of,
                                 dims,
                                 boxes,
                                 swizzle,
@@ -833,8 +846,9 @@ impl Family {
             });
         }
 
-        // Layout: what the family needs contiguous, and that every tensor map is over such a
-        // tensor (a map views its input as contiguous whatever strides the call passes).
+        // Layout: what the family needs contiguous, and that every tensor map over an input is
+        // over such a tensor (a map views its input as contiguous whatever strides the call
+        // passes; a scratch buffer is contiguous by construction).
         let contiguous_at = |message: String| FamilyError::Invalid {
             path: path.to_path_buf(),
             line: line_of(&text, None, "contiguous"),
@@ -862,8 +876,13 @@ impl Family {
         }
         for (i, args) in launch_args.iter().enumerate() {
             for a in args.iter().flatten() {
-                if let ArgRef::TensorMap { input, .. } = a {
-                    let name = &input_names[*input];
+                if let ArgRef::TensorMap {
+                    buffer,
+                    of: MappedBuffer::Input,
+                    ..
+                } = a
+                {
+                    let name = &input_names[*buffer];
                     if !contiguous.contains(name) {
                         return Err(FamilyError::Invalid {
                             path: path.to_path_buf(),
@@ -988,7 +1007,14 @@ impl Family {
         if !self.is_multi_arg() {
             return Ok(Vec::new());
         }
-        resolve_launch_args(self.problem, &self.launches, &self.launch_args, vars, shape)
+        resolve_launch_args(
+            self.problem,
+            &self.launches,
+            &self.launch_args,
+            &self.scratch,
+            vars,
+            shape,
+        )
     }
 
     /// The scratch buffers of a genome on a (complete) shape, in [`ArgSlot::Scratch`] order.
@@ -1120,12 +1146,14 @@ impl Family {
 /// Each kernel's arguments (`launch_args[i]`, `None`: the problem's ABI) for a genome's
 /// variables plus a (complete) shape, in launch order. The problem's scalar arguments
 /// stay symbolic ([`ArgSlot::Abi`]): the worker binds them to each call's strides and
-/// scalars ([`bind_abi`]). A [`Family`] and an exported artifact (`evo verify`) resolve their
+/// scalars ([`bind_abi`]). `scratch` gives the element type of a tensor map over a
+/// scratch buffer. A [`Family`] and an exported artifact (`evo verify`) resolve their
 /// argument lists with this one function.
 pub fn resolve_launch_args(
     problem: &dyn Problem,
     launches: &[LaunchRule],
     launch_args: &[Option<Vec<ArgRef>>],
+    scratch: &[ScratchRule],
     vars: &Vars,
     shape: &Vars,
 ) -> Result<Vec<Vec<ArgSlot>>, String> {
@@ -1170,19 +1198,31 @@ pub fn resolve_launch_args(
                         out.push(ArgSlot::I32(v));
                     }
                     ArgRef::TensorMap {
-                        input,
+                        buffer,
+                        of,
                         dims,
                         boxes,
                         swizzle,
                     } => {
-                        let elem = problem
-                            .inputs(shape)
-                            .get(*input)
-                            .map(|t| t.elem)
-                            .ok_or_else(|| format!("no input {input}"))?;
+                        let elem = match of {
+                            MappedBuffer::Input => problem
+                                .inputs(shape)
+                                .get(*buffer)
+                                .map(|t| t.elem)
+                                .ok_or_else(|| format!("no input {buffer}"))?,
+                            MappedBuffer::Scratch => scratch
+                                .get(*buffer)
+                                .map(|s| s.elem.unwrap_or_else(|| dtype(shape)))
+                                .ok_or_else(|| format!("no scratch buffer {buffer}"))?,
+                        };
                         let swizzle = swizzle_bytes(eval(swizzle)?)?;
                         out.push(ArgSlot::TensorMap(tensor_map_slot(
-                            *input, elem, dims, boxes, swizzle, &eval,
+                            (*buffer, *of),
+                            elem,
+                            dims,
+                            boxes,
+                            swizzle,
+                            &eval,
                         )?));
                     }
                     ArgRef::List(name) => {
@@ -1277,10 +1317,10 @@ pub fn swizzle_bytes(bytes: i64) -> Result<u32, String> {
     }
 }
 
-/// A tensor-map slot over a contiguous tensor: byte strides from the dimensions and the
-/// element size; each dimension and box evaluated by `eval`.
+/// A tensor-map slot over a contiguous tensor (`buffer` of kind `of`): byte strides from
+/// the dimensions and the element size; each dimension and box evaluated by `eval`.
 fn tensor_map_slot(
-    input: usize,
+    (buffer, of): (usize, MappedBuffer),
     elem: crate::harness::ElemType,
     dims: &[Expr],
     boxes: &[Expr],
@@ -1288,7 +1328,8 @@ fn tensor_map_slot(
     eval: &dyn Fn(&Expr) -> Result<i64, String>,
 ) -> Result<crate::harness::TensorMapSlot, String> {
     let mut slot = crate::harness::TensorMapSlot {
-        input,
+        buffer,
+        of,
         elem,
         rank: dims.len() as u8,
         dims: [1; 5],

@@ -147,8 +147,8 @@ pub enum ArgSlot {
     I32(i32),
     I64(i64),
     F32(f32),
-    /// A TMA tensor map over input tensor `input` (a `const __grid_constant__` 128-byte
-    /// parameter), encoded by the worker once the input has a device address.
+    /// A TMA tensor map over an input or a scratch buffer (a `const __grid_constant__`
+    /// 128-byte parameter), encoded by the worker once the buffer has a device address.
     TensorMap(TensorMapSlot),
     /// Pointer to scratch buffer `i` of the variant (a family's `[[scratch]]`, in order):
     /// allocated by the worker, NaN-poisoned before every checked call.
@@ -159,12 +159,29 @@ pub enum ArgSlot {
     Abi(usize),
 }
 
-/// A tiled tensor map over one input, as a problem or family asks for it. Dimensions run
-/// innermost first; `rank` entries of `dims` and `box_dims` and `rank - 1` of
-/// `strides_bytes` are used (the rest are ignored). The element type is the input's.
+/// The kind of call buffer a tensor map views.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MappedBuffer {
+    /// One of the call's inputs (what every map viewed before scratch could be mapped, so
+    /// a job or landscape that does not say is read as this).
+    #[default]
+    Input,
+    /// One of the variant's `[[scratch]]` buffers.
+    Scratch,
+}
+
+/// A tiled tensor map over one input or scratch buffer, as a problem or family asks for
+/// it. Dimensions run innermost first; `rank` entries of `dims` and `box_dims` and
+/// `rank - 1` of `strides_bytes` are used (the rest are ignored). The element type is the
+/// buffer's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMapSlot {
-    pub input: usize,
+    /// The buffer's index among the call's inputs or its scratch buffers (`of`).
+    #[serde(alias = "input")]
+    pub buffer: usize,
+    #[serde(default)]
+    pub of: MappedBuffer,
     pub elem: ElemType,
     pub rank: u8,
     pub dims: [u64; 5],
@@ -189,7 +206,8 @@ impl TensorMapSlot {
         swizzle_bytes: u32,
     ) -> TensorMapSlot {
         TensorMapSlot {
-            input,
+            buffer: input,
+            of: MappedBuffer::Input,
             elem,
             rank: 2,
             dims: [cols, rows, 1, 1, 1],
@@ -680,6 +698,27 @@ pub fn one_hot_rows(rng: &mut impl Rng, rows: usize, cols: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tensor-map slot written before maps over scratch existed (`input`, no `of`) reads
+    /// as a map over that input; a scratch map survives the round trip.
+    #[test]
+    fn tensor_map_slots_of_old_jobs_are_input_maps() {
+        let old = r#"{"input":2,"elem":"f16","rank":2,"dims":[64,8,1,1,1],"strides_bytes":[128,0,0,0],"box_dims":[64,8,1,1,1],"swizzle_bytes":128}"#;
+        let m: TensorMapSlot = serde_json::from_str(old).unwrap();
+        assert_eq!((m.buffer, m.of), (2, MappedBuffer::Input));
+        assert_eq!(
+            m,
+            TensorMapSlot::matrix(2, ElemType::F16, 8, 64, 64, 8, 64, 128)
+        );
+        let mut scratch = m;
+        scratch.of = MappedBuffer::Scratch;
+        let text = serde_json::to_string(&scratch).unwrap();
+        assert!(text.contains(r#""of":"scratch""#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<TensorMapSlot>(&text).unwrap(),
+            scratch
+        );
+    }
 
     #[test]
     fn encode_decode_round_trip() {

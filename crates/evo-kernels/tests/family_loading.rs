@@ -532,12 +532,12 @@ fn launches_may_replace_the_familys_required_opcodes() {
     assert!(rules.kernel_require_sass.is_empty());
 }
 
-/// `tmap:INPUT:DIMS:BOX:SWIZZLE` in a launch's `args` becomes a tensor-map slot over the
+/// `tmap:NAME:DIMS:BOX:SWIZZLE` in a launch's `args` becomes a tensor-map slot over the
 /// input with contiguous byte strides and the input's element type; malformed ones are
 /// refused at load time.
 #[test]
 fn tensor_map_arguments() {
-    use evo_kernels::harness::{ArgSlot, TensorMapSlot};
+    use evo_kernels::harness::{ArgSlot, MappedBuffer, TensorMapSlot};
     let toml = declared_contiguous(&multi_toml(
         r#"["a", "a2"]"#,
         r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128"]"#,
@@ -562,7 +562,8 @@ fn tensor_map_arguments() {
     assert_eq!(
         *args[1].last().unwrap(),
         ArgSlot::TensorMap(TensorMapSlot {
-            input: 1,
+            buffer: 1,
+            of: MappedBuffer::Input,
             elem,
             rank: 2,
             dims: [64, 65, 1, 1, 1],
@@ -572,10 +573,13 @@ fn tensor_map_arguments() {
         })
     );
     for (bad, needle) in [
-        ("tmap:bb:K;N:64;TILE:128", "is not an input"),
+        (
+            "tmap:bb:K;N:64;TILE:128",
+            r#"`bb` is neither an input ["a", "b"] nor a [[scratch]] buffer ["a2"]"#,
+        ),
         ("tmap:b:K;N:64:128", "1 to 5 of each"),
         ("tmap:b:K;N:64;TILE:48", "swizzle `48`"),
-        ("tmap:b:K;N:64;TILE", "write tmap:INPUT"),
+        ("tmap:b:K;N:64;TILE", "write tmap:NAME"),
         ("tmap:b:K;NN:64;TILE:128", "NN"),
         ("tmap:b:K;N:64;TILE:SWIZ", "SWIZ"),
     ] {
@@ -610,6 +614,85 @@ fn tensor_map_arguments() {
     }
     let e = swizzle_of("TILE * 3", 32).unwrap_err();
     assert!(e.to_string().contains("swizzle `96`"), "{e}");
+}
+
+/// `tmap:NAME:...` over a `[[scratch]]` buffer: a slot over that scratch buffer with its
+/// declared element type (DTYPE: the specialization's), contiguous strides; the map counts
+/// as passing the buffer, and needs no `contiguous` declaration (scratch is contiguous).
+#[test]
+fn tensor_maps_over_scratch_buffers() {
+    use evo_kernels::harness::{ArgSlot, ElemType, MappedBuffer, TensorMapSlot};
+    let scratch = format!(
+        "{SCRATCH}
+[[scratch]]
+name = \"b8\"
+elem = \"u8\"
+len = \"K * N\"
+
+[[scratch]]
+name = \"bt\"
+elem = \"DTYPE\"
+len = \"K * N\"
+"
+    );
+    let toml = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b8:K;N:64;TILE:64", "tmap:bt:N;K:16;16:32"]"#,
+        &scratch,
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    assert!(f.contiguous.is_empty());
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let problem = evo_kernels::problem("gemm").unwrap();
+    let shape = problem
+        .complete_shape(
+            &[("M", 100), ("N", 65), ("K", 64)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect(),
+        )
+        .unwrap();
+    let dtype = evo_kernels::harness::dtype(&shape);
+    let args = f.launch_args(&vars, &shape).unwrap();
+    let n = args[1].len();
+    assert_eq!(
+        args[1][n - 2..],
+        [
+            ArgSlot::TensorMap(TensorMapSlot {
+                buffer: 1,
+                of: MappedBuffer::Scratch,
+                elem: ElemType::U8,
+                rank: 2,
+                dims: [64, 65, 1, 1, 1],
+                strides_bytes: [64, 0, 0, 0],
+                box_dims: [64, 32, 1, 1, 1],
+                swizzle_bytes: 64,
+            }),
+            ArgSlot::TensorMap(TensorMapSlot {
+                buffer: 2,
+                of: MappedBuffer::Scratch,
+                elem: dtype,
+                rank: 2,
+                dims: [65, 64, 1, 1, 1],
+                strides_bytes: [65 * dtype.size() as u64, 0, 0, 0],
+                box_dims: [16, 16, 1, 1, 1],
+                swizzle_bytes: 32,
+            }),
+        ]
+    );
+    // A scratch buffer no launch passes, by name or through a map, is still refused.
+    let unused = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b8:K;N:64;TILE:64"]"#,
+        &scratch,
+    );
+    assert_err(
+        load(&unused, GOOD_TEMPLATE),
+        &["scratch `bt` is declared but no [[launch]] passes it"],
+    );
 }
 
 /// The toy family with input `b` declared contiguous (top-level key, before any table).

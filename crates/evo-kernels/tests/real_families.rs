@@ -638,6 +638,206 @@ fn every_valid_fp8_ws_genome_renders_and_every_knob_matters() {
     assert_every_knob_value_changes_the_code(&f, &space, 1);
 }
 
+/// The end-to-end ws family (sdpa_fwd_fp8_e2e_ws) is sdpa_fwd_fp8_ws (knobs, derived values,
+/// constraints, template, arch, QGMMA) with sdpa_fwd_fp8_e2e_split's quantizer: the same valid
+/// genomes render the same code; the six quantizer launches, their scratch and argument lists
+/// are the split family's (no opcode required of them); the attention launch is the ws
+/// family's, its inputs replaced by the scratch codes and descales and its tensor maps viewing
+/// the scratch codes with the same dimensions, boxes and swizzle.
+#[test]
+fn fp8_e2e_ws_is_the_ws_kernel_after_the_split_quantizer() {
+    use evo_kernels::harness::{ArgSlot, MappedBuffer};
+    let ws = Family::load(&templates(), "sdpa_fwd_fp8", "sdpa_fwd_fp8_ws").unwrap();
+    let split = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_split").unwrap();
+    let e2e = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws").unwrap();
+    assert_eq!(e2e.problem.name(), "sdpa_fwd_fp8_e2e");
+    assert_eq!(e2e.knobs, ws.knobs);
+    assert_eq!(e2e.derived, ws.derived);
+    assert_eq!(e2e.constraints, ws.constraints);
+    assert_eq!(
+        (e2e.min_arch, &e2e.require_sass),
+        (ws.min_arch, &ws.require_sass)
+    );
+    assert_eq!(e2e.contiguous, ["q", "k", "v"]);
+    let specs8 = fp8_specs(&[64, 128]);
+    let specs = fp8_problem_specs("sdpa_fwd_fp8_e2e", &[64, 128]);
+    let space8 = ws.space(specs8.contexts()).unwrap();
+    let space = e2e.space(specs.contexts()).unwrap();
+    let valid: Vec<_> = space.iter_valid().collect();
+    assert_eq!(valid, space8.iter_valid().collect::<Vec<_>>());
+    for g in valid.iter().step_by(13) {
+        for spec in 0..specs.specs.len() {
+            let a = e2e.render(&space, g, spec).unwrap();
+            let b = ws.render(&space8, g, spec).unwrap();
+            assert!(a.starts_with("// evo: family sdpa_fwd_fp8_e2e_ws (problem sdpa_fwd_fp8_e2e)"));
+            assert_eq!(
+                a.split_once('\n').unwrap().1,
+                b.split_once('\n').unwrap().1,
+                "{}",
+                g.canonical()
+            );
+            assert!(a.contains("sdpa_fp8_quantize_chunks"), "{}", g.canonical());
+        }
+    }
+    assert_every_knob_value_changes_the_code(&e2e, &space, 1);
+
+    // Launches on a ragged shape, bound to each problem's own call.
+    let shape: Vars = [
+        ("BATCH", 3.into()),
+        ("HEADS", 5.into()),
+        ("SEQ_Q", 77.into()),
+        ("SEQ_KV", 1000.into()),
+        ("HEAD_DIM", 128.into()),
+        ("CAUSAL", true.into()),
+        ("DTYPE", "bf16".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let g = &valid[valid.len() / 2];
+    let vars = space.vars(g, 0).unwrap();
+    let bound = |f: &Family, problem_name: &str| -> Vec<Vec<ArgSlot>> {
+        let abi = problem(problem_name).unwrap().args(&shape);
+        f.launch_args(&vars, &shape)
+            .unwrap()
+            .iter()
+            .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
+            .collect()
+    };
+    let (args, split_args, ws_args) = (
+        bound(&e2e, "sdpa_fwd_fp8_e2e"),
+        bound(&split, "sdpa_fwd_fp8_e2e"),
+        bound(&ws, "sdpa_fwd_fp8"),
+    );
+    assert_eq!(e2e.launches.len(), 7);
+    assert_eq!(e2e.launches[..6], split.launches[..6]);
+    assert_eq!(args[..6], split_args[..6]);
+    assert_eq!(
+        e2e.scratch_specs(&vars, &shape).unwrap(),
+        split.scratch_specs(&vars, &shape).unwrap()
+    );
+    assert_eq!(e2e.launch_require_sass[..6], vec![Some(Vec::new()); 6]);
+    assert_eq!(e2e.launch_require_sass[6], None);
+    // sdpa_fwd_fp8's inputs (q, k, v, q_descale, k_descale, v_descale) are the first six
+    // scratch buffers in that order (q8, k8, v8 and the descales).
+    let names: Vec<String> = e2e.scratch.iter().map(|s| s.name.clone()).collect();
+    assert_eq!(
+        names[..6],
+        ["q8", "k8", "v8", "q_descale", "k_descale", "v_descale"]
+    );
+    let on_scratch: Vec<ArgSlot> = ws_args[0]
+        .iter()
+        .map(|a| match *a {
+            ArgSlot::Input(i) => ArgSlot::Scratch(i),
+            ArgSlot::TensorMap(mut m) => {
+                assert_eq!(m.of, MappedBuffer::Input);
+                m.of = MappedBuffer::Scratch;
+                ArgSlot::TensorMap(m)
+            }
+            other => other,
+        })
+        .collect();
+    // Seven pointers, four sizes, twelve strides, the scale, three tensor maps.
+    assert_eq!(on_scratch.len(), 27);
+    assert_eq!(args[6], on_scratch);
+    assert_eq!(e2e.launches[6], ws.launches[0]);
+}
+
+/// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster) is sdpa_fwd_fp8_e2e_ws with
+/// its six quantizer launches replaced by three: sdpa_fp8_quantize_cluster on q, k, v (input,
+/// codes, descale, slice length, the elements a CTA keeps on chip), a cluster of 8 CTAs per
+/// slice with twice `hold` bytes of shared memory; the same ws code and attention launch.
+#[test]
+fn fp8_e2e_ws_cluster_quantizes_each_tensor_in_one_launch() {
+    use evo_kernels::harness::ArgSlot;
+    let ws = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws").unwrap();
+    let cl = Family::load(
+        &templates(),
+        "sdpa_fwd_fp8_e2e",
+        "sdpa_fwd_fp8_e2e_ws_cluster",
+    )
+    .unwrap();
+    assert_eq!(cl.knobs, ws.knobs);
+    assert_eq!(cl.constraints, ws.constraints);
+    assert_eq!(
+        (cl.min_arch, &cl.require_sass),
+        (ws.min_arch, &ws.require_sass)
+    );
+    assert_eq!(cl.contiguous, ws.contiguous);
+    let specs = fp8_problem_specs("sdpa_fwd_fp8_e2e", &[64, 128]);
+    let space = cl.space(specs.contexts()).unwrap();
+    let g = space.iter_valid().nth(7).unwrap();
+    for spec in 0..specs.specs.len() {
+        let a = cl.render(&space, &g, spec).unwrap();
+        let b = ws.render(&space, &g, spec).unwrap();
+        assert_eq!(a.split_once('\n').unwrap().1, b.split_once('\n').unwrap().1);
+        assert!(a.contains("__cluster_dims__(8, 1, 1)"));
+    }
+    // Slices of 77 x 128 and 20000 x 128 elements: parts of 1232 and 320000 (more than a CTA
+    // keeps: 106496).
+    let shape: Vars = [
+        ("BATCH", 3.into()),
+        ("HEADS", 5.into()),
+        ("SEQ_Q", 77.into()),
+        ("SEQ_KV", 20000.into()),
+        ("HEAD_DIM", 128.into()),
+        ("CAUSAL", false.into()),
+        ("DTYPE", "f16".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let vars = space.vars(&g, 0).unwrap();
+    let abi = problem("sdpa_fwd_fp8_e2e").unwrap().args(&shape);
+    let bound = |f: &Family| -> Vec<Vec<ArgSlot>> {
+        f.launch_args(&vars, &shape)
+            .unwrap()
+            .iter()
+            .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
+            .collect()
+    };
+    let (args, ws_args) = (bound(&cl), bound(&ws));
+    let kernels: Vec<&str> = cl.launches.iter().map(|l| l.kernel.as_str()).collect();
+    assert_eq!(
+        kernels,
+        [
+            "sdpa_fp8_quantize_cluster",
+            "sdpa_fp8_quantize_cluster",
+            "sdpa_fp8_quantize_cluster",
+            "sdpa_fwd_fp8"
+        ]
+    );
+    let dims = cl.launch_dims(&vars, &shape).unwrap();
+    for (t, (n, hold)) in [
+        (77 * 128i64, 1232i64),
+        (20000 * 128, 106496),
+        (20000 * 128, 106496),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert_eq!(
+            args[t],
+            [
+                ArgSlot::Input(t),
+                ArgSlot::Scratch(t),
+                ArgSlot::Scratch(t + 3),
+                ArgSlot::I64(n),
+                ArgSlot::I64(hold)
+            ]
+        );
+        assert_eq!(dims[t].1.grid, [8, 15, 1]);
+        assert_eq!(dims[t].1.block, [512, 1, 1]);
+        assert_eq!(i64::from(dims[t].1.shared_bytes), 2 * hold);
+    }
+    assert_eq!(args[3], ws_args[6]);
+    assert_eq!(cl.launches[3], ws.launches[6]);
+    assert_eq!(
+        cl.scratch_specs(&vars, &shape).unwrap(),
+        ws.scratch_specs(&vars, &shape).unwrap()[..6]
+    );
+}
+
 /// The split-KV families (sdpa_fwd_mma_splitkv, sdpa_fwd_wgmma_splitkv) are their base
 /// family (knobs, derived values, constraints, template, arch, required opcodes) plus the
 /// KV_SPLITS knob (the mma one with EPILOGUE pinned to "direct"), SPLITS redefined as it:

@@ -3,7 +3,7 @@
 
 use evo_core::Vars;
 use evo_gpu::runtime::{CudaError, DeviceBuffer, Gpu, KernelArg};
-use evo_kernels::harness::{ArgSlot, ElemType, Layout, TensorSpec};
+use evo_kernels::harness::{ArgSlot, ElemType, Layout, MappedBuffer, TensorSpec};
 use evo_kernels::Problem;
 
 use super::gpu_checks::GateKernels;
@@ -216,17 +216,21 @@ pub fn bind_args(slots: &[ArgSlot], p: &CallPointers) -> Result<Vec<KernelArg>, 
                 "ABI argument {i} is not bound to a call (bind_abi first)"
             )),
             ArgSlot::TensorMap(m) => {
-                let address = p.inputs.get(m.input).copied().ok_or_else(|| {
+                let (what, list) = match m.of {
+                    MappedBuffer::Input => ("input", p.inputs),
+                    MappedBuffer::Scratch => ("scratch", p.scratch),
+                };
+                let address = list.get(m.buffer).copied().ok_or_else(|| {
                     format!(
-                        "tensor map names input {}, but the call has {} input buffers",
-                        m.input,
-                        p.inputs.len()
+                        "tensor map names {what} {}, but the call has {} {what} buffers",
+                        m.buffer,
+                        list.len()
                     )
                 })?;
                 tensor_map_spec(&m, address)
                     .and_then(|spec| evo_gpu::runtime::encode_tensor_map_tiled(&spec))
                     .map(KernelArg::TensorMap)
-                    .map_err(|e| format!("tensor map over input {}: {e}", m.input))
+                    .map_err(|e| format!("tensor map over {what} {}: {e}", m.buffer))
             }
         })
         .collect()

@@ -527,6 +527,17 @@ mod tests {
         assert!(e.contains("input 5"), "{e}");
         let e = bind_args(&[ArgSlot::Abi(0)], &p).unwrap_err();
         assert!(e.contains("not bound"), "{e}");
+        // A tensor map finds its buffer among the kind it names (encoding it needs a
+        // driver; an index past the call's buffers of that kind is refused before).
+        let mut map =
+            evo_kernels::harness::TensorMapSlot::matrix(0, ElemType::E4m3, 8, 64, 64, 8, 64, 64);
+        map.of = evo_kernels::harness::MappedBuffer::Scratch;
+        map.buffer = 2;
+        let e = bind_args(&[ArgSlot::TensorMap(map)], &p).unwrap_err();
+        assert!(e.contains("scratch 2") && e.contains("2 scratch"), "{e}");
+        map.of = evo_kernels::harness::MappedBuffer::Input;
+        let e = bind_args(&[ArgSlot::TensorMap(map)], &p).unwrap_err();
+        assert!(e.contains("input 2") && e.contains("2 input"), "{e}");
     }
 
     #[test]

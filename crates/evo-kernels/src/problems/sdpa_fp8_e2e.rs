@@ -34,7 +34,14 @@ impl Problem for SdpaFp8E2e {
     }
 
     fn abi(&self) -> &'static str {
-        "The ABI of sdpa_fwd (T* q, k, v in DTYPE, T* o, then the sizes, strides and softmax scale), computed\n\
+        "extern \"C\" __global__ void sdpa_fwd_fp8(const T* q, const T* k, const T* v, T* o,\n\
+         int batch, int heads, int seq_q, int seq_kv,\n\
+         long long q_batch_stride, long long q_head_stride, long long q_seq_stride,\n\
+         long long k_batch_stride, long long k_head_stride, long long k_seq_stride,\n\
+         long long v_batch_stride, long long v_head_stride, long long v_seq_stride,\n\
+         long long o_batch_stride, long long o_head_stride, long long o_seq_stride,\n\
+         float softmax_scale)\n\
+         The ABI of sdpa_fwd (q, k, v and o in DTYPE, the sizes, strides and softmax scale), computed\n\
          through FP8 e4m3 and judged against attention on these inputs with sdpa_fwd_fp8's end-to-end bound.\n\
          Argument lists for multi-kernel families (`@name` in a [[launch]]'s args): `abi` (all of it) and\n\
          `sdpa_scalars` (everything after the four pointers: batch, heads, seq_q, seq_kv, the 12 strides,\n\
