@@ -513,9 +513,9 @@ pub struct EndToEnd {
 
 /// For a problem whose kernels encode their inputs themselves (FP8 end to end): the inputs
 /// as the encoding rule makes them (codes and scales, contiguous), the reference on them
-/// (the decoded answer) and the tolerance a kernel on those inputs is held to. The gate
-/// widens its bound by how far the decoded answer is from the exact one
-/// (`evo_eval::compare::encoded_tolerance`): the error no kernel can undo.
+/// (the decoded answer) and the tolerance a kernel on those inputs is held to. An output
+/// passes within the problem's bound of the exact answer or within this tolerance of the
+/// decoded one (`evo_eval::compare::encoded_verdict`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Encoded {
     pub inputs: Vec<HostTensor>,

@@ -1,12 +1,14 @@
 //! References kept for a batch of jobs. The jobs of a batch draw every input from the
 //! batch's seeds (`Job::batch_seed`), so the float32 reference of each (shape, call,
 //! contents) is computed by the first job that needs it and read by the others: computed
-//! from inputs the worker generated, never from a variant's buffers.
+//! from inputs the worker generated, never from what a variant left.
 //!
 //! A kept reference lives in the same CUDA context as the variants, so a stray write of one
-//! variant could change it: each is checksummed when computed (`evo_checksum`) and checked
-//! before every use; one that changed is computed again, so another variant's bug cannot
-//! decide a verdict.
+//! variant could change it: each is checksummed when computed (`evo_checksum`), checked
+//! before every use (one that changed is computed again, so another variant's bug cannot
+//! decide a verdict) and after every job that passed (a change fails that job's variant).
+//! Trial references are computed from the worker's pristine copies of the trial's inputs,
+//! made before the variant runs.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -215,6 +217,32 @@ impl KeptReferences {
         Ok(())
     }
 
+    /// The sealed references whose bytes changed since they were sealed (one pass over all
+    /// of them); they are dropped. Run after every job that passed: only that job's variant
+    /// ran since the previous pass, so a change is its stray write.
+    pub fn changed(&mut self, gpu: &Gpu, gate: &GateKernels) -> Result<Vec<String>, CudaError> {
+        let sealed: Vec<(String, u64, u64, u64)> = self
+            .entries
+            .iter()
+            .filter_map(|(k, e)| {
+                let sum = e.checksum?;
+                Some((k.clone(), e.buffer.ptr(), e.buffer.bytes() as u64, sum))
+            })
+            .collect();
+        let regions: Vec<(u64, u64)> = sealed.iter().map(|(_, p, n, _)| (*p, *n)).collect();
+        let sums = gate.checksum(gpu, &regions)?;
+        let changed: Vec<String> = sealed
+            .into_iter()
+            .zip(sums)
+            .filter(|((_, _, _, kept), now)| now != kept)
+            .map(|((k, ..), _)| k)
+            .collect();
+        for k in &changed {
+            self.forget(k);
+        }
+        Ok(changed)
+    }
+
     /// Drops a reference (found not finite: the evaluator's failure, never kept).
     pub fn forget(&mut self, key: &str) {
         if let Some(e) = self.entries.remove(key) {
@@ -321,7 +349,19 @@ mod tests {
             "the next job of the batch reads it"
         );
         assert!(is_compute(found[1]));
-        // One byte at the end changes: found, and computed again where it is.
+        // One byte at the end changes: the pass after a job finds it (and drops it), ...
+        write(&gpu, &gate, a + n - 1, 1, 0x3d);
+        assert_eq!(kept.changed(&gpu, &gate).unwrap(), vec!["a".to_string()]);
+        assert!(is_compute(
+            kept.lookup(&gpu, &gate, &[("a", bytes)]).unwrap()[0]
+        ));
+        let Kept::Compute(a) = kept.lookup(&gpu, &gate, &[("a", bytes)]).unwrap()[0] else {
+            panic!("computed again");
+        };
+        write(&gpu, &gate, a, n, 0x3c);
+        kept.seal(&gpu, &gate, &["a"]).unwrap();
+        assert!(kept.changed(&gpu, &gate).unwrap().is_empty());
+        // ... and so does the next lookup, which computes it again where it is.
         write(&gpu, &gate, a + n - 1, 1, 0x3d);
         assert_eq!(
             kept.lookup(&gpu, &gate, &[("a", bytes)]).unwrap()[0],

@@ -77,7 +77,7 @@ pub fn serve(ordinal: i32, input: impl BufRead, mut output: impl Write) -> std::
         gate: None,
         stages: Stages::default(),
         kept: std::cell::RefCell::new(kept),
-        last_job_end: None,
+        last_job: None,
     };
     let ready = Response::Ready {
         pid: std::process::id(),
@@ -128,8 +128,8 @@ struct Worker {
     stages: Stages,
     /// References of the current batch's contents, shared by its jobs.
     kept: std::cell::RefCell<kept::KeptReferences>,
-    /// When the previous job's GPU work ended.
-    last_job_end: Option<Instant>,
+    /// When the previous job began and ended.
+    last_job: Option<(Instant, Instant)>,
 }
 
 /// A stage being timed (see [`Stages::timer`]).
@@ -233,8 +233,10 @@ impl Worker {
         let mut result = JobResult::failed(job.id, Status::Evaluated, None, "");
         self.stages.take();
         self.kept.get_mut().start_job(job.batch_seed);
-        let outcome = self.run_job(job, start, &mut result);
-        self.last_job_end = Some(Instant::now());
+        let outcome = self
+            .run_job(job, start, &mut result)
+            .and_then(|()| self.kept_unchanged());
+        self.last_job = Some((start, Instant::now()));
         result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         result.stages_ms = self.stages.take();
         let fatal = match outcome {
@@ -272,6 +274,22 @@ impl Worker {
             }
         };
         (result, fatal)
+    }
+
+    /// After a job that passed: the references kept for the batch hold what they held (only
+    /// this job's variant ran since the last look), else the variant wrote into them.
+    fn kept_unchanged(&mut self) -> Result<(), Stop> {
+        let Some(gate) = self.gate.as_ref() else {
+            return Ok(());
+        };
+        let changed = self.kept.get_mut().changed(&self.gpu, gate)?;
+        match changed.first() {
+            None => Ok(()),
+            Some(_) => Err(Stop::Check(format!(
+                "wrote outside its buffers: {} reference output(s) the evaluator keeps for this batch changed during its launches",
+                changed.len()
+            ))),
+        }
     }
 
     fn run_job(&mut self, job: &Job, started: Instant, result: &mut JobResult) -> Result<(), Stop> {
@@ -327,13 +345,15 @@ impl Worker {
         let timings = Instant::now();
         if let Some(plan) = &job.timing {
             // The job's first timed shape warms the GPU up for `warmup_ms`, unless this
-            // worker's previous job ended less than `warmup_ms` ago (the GPU has been busy
-            // since: its checks ran, then this job's); the shapes after it follow on a GPU
-            // that has been running this module since, so one pass over their sets (and the
-            // graph's untimed upload replay) is their warm-up.
-            let busy = self
-                .last_job_end
-                .is_some_and(|t| started.duration_since(t).as_secs_f64() * 1e3 < plan.warmup_ms);
+            // worker's previous job lasted at least `warmup_ms` and ended less than
+            // `warmup_ms` ago (the GPU has been busy since: its checks ran, then this job's);
+            // the shapes after it follow on a GPU that has been running this module since,
+            // so one pass over their sets (and the graph's untimed upload replay) is their
+            // warm-up.
+            let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1e3;
+            let busy = self.last_job.is_some_and(|(began, ended)| {
+                ms(began, ended) >= plan.warmup_ms && ms(ended, started) < plan.warmup_ms
+            });
             let mut warmup_ms = if busy { 0.0 } else { plan.warmup_ms };
             for (i, shape) in job.shapes.iter().enumerate() {
                 if shape.timed {

@@ -354,27 +354,6 @@ impl Worker {
         self.compare_with(got, reference, what)
     }
 
-    /// A float32 reference `got` (contiguous, `n` elements) against another: how far apart
-    /// two answers to one trial are (the decoded and the exact one).
-    fn compare_references(
-        &self,
-        got: &Reference,
-        reference: &Reference,
-        n: usize,
-        tolerance: Tolerance,
-        what: &str,
-    ) -> Result<ErrorStats, Stop> {
-        let job = CompareJob {
-            got: got.ptr,
-            reference: reference.ptr,
-            n: n as u64,
-            elem: ElemType::F32,
-            tolerance,
-            layout: None,
-        };
-        self.compare_with(job, reference, what)
-    }
-
     fn compare_with(
         &self,
         job: CompareJob,
@@ -488,9 +467,10 @@ impl Worker {
                 out_layout,
                 &output_prefill(problem, vars, &trial),
             )?;
-            // Inputs encoded inside the call (FP8 end to end): the bound widened by the
-            // encoding's own error, the decoded answer against the exact one.
-            let tol = match problem.encoded(vars, call, kind, seed) {
+            let stats = self.compare_output(&cand, out_layout, &ref_out, tol, &what)?;
+            // Inputs encoded inside the call (FP8 end to end): the output may instead be
+            // within the FP8 kernels' tolerance of the answer on the rule's codes.
+            let decoded = match problem.encoded(vars, call, kind, seed) {
                 Some(enc) => {
                     self.load_reference(problem, &enc.reference)?;
                     let key = reference_key(
@@ -500,20 +480,19 @@ impl Worker {
                         &enc.reference,
                         &format!("encoded {kind:?} seed {seed}"),
                     );
-                    let decoded =
+                    let answer =
                         self.reference_on_host(key, &enc.reference, &enc.inputs, out_spec.len)?;
-                    let floor = self.compare_references(
-                        &decoded,
-                        &ref_out,
-                        out_spec.len,
-                        tol,
-                        &format!("{what} (encoded inputs)"),
+                    let s = self.compare_output(
+                        &cand,
+                        out_layout,
+                        &answer,
+                        enc.kernel_tolerance,
+                        &format!("{what} (the rule's codes)"),
                     )?;
-                    compare::encoded_tolerance(&tol, &enc.kernel_tolerance, &floor)
+                    Some((s, enc.kernel_tolerance))
                 }
-                None => tol,
+                None => None,
             };
-            let stats = self.compare_output(&cand, out_layout, &ref_out, tol, &what)?;
             let mut failure = self.changed_guard(&[&cand])?;
             if failure.is_none() {
                 failure = self
@@ -527,7 +506,10 @@ impl Worker {
                 failure = self.changed_input(&cand, &pristine)?;
             }
             if failure.is_none() {
-                failure = compare::verdict(&stats, &tol);
+                failure = match &decoded {
+                    Some((d, kernel)) => compare::encoded_verdict(&stats, &tol, d, kernel),
+                    None => compare::verdict(&stats, &tol),
+                };
             }
             // Encoded inputs (FP8): the error against the exact answer on the originals.
             let mut end_to_end = None;
@@ -550,16 +532,6 @@ impl Worker {
                         e_tol.atol_floor = o.atol_floor.unwrap_or(e_tol.atol_floor);
                         e_tol.rel_l2 = o.rel_l2.unwrap_or(e_tol.rel_l2);
                     }
-                    // Widened by how far encoding alone moved the answer (the reference on
-                    // the decoded inputs against the exact one).
-                    let floor = self.compare_references(
-                        &ref_out,
-                        &exact,
-                        out_spec.len,
-                        e_tol,
-                        &format!("{what} (original inputs)"),
-                    )?;
-                    let e_tol = compare::encoded_tolerance(&e_tol, &tol, &floor);
                     let e_stats = self.compare_output(
                         &cand,
                         out_layout,
@@ -567,8 +539,12 @@ impl Worker {
                         e_tol,
                         &format!("{what} (original inputs)"),
                     )?;
-                    failure = compare::verdict(&e_stats, &e_tol).map(|f| CheckFailure::EndToEnd {
-                        failure: Box::new(f),
+                    // Within the bound of the exact answer, or (the check above) within the
+                    // kernel's tolerance of the decoded one.
+                    failure = compare::encoded_verdict(&e_stats, &e_tol, &stats, &tol).map(|f| {
+                        CheckFailure::EndToEnd {
+                            failure: Box::new(f),
+                        }
                     });
                     end_to_end = Some(e_stats);
                 }
