@@ -131,6 +131,43 @@ impl KeptReferences {
         self.bytes + bytes <= self.limit
     }
 
+    /// The current checksums of the entries `keys` (all present), in one pass.
+    fn checksums<'k>(
+        &self,
+        gpu: &Gpu,
+        gate: &GateKernels,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<Vec<u64>, CudaError> {
+        let regions: Vec<(u64, u64)> = keys
+            .into_iter()
+            .map(|k| {
+                let b = &self.entries[k].buffer;
+                (b.ptr(), b.bytes() as u64)
+            })
+            .collect();
+        gate.checksum(gpu, &regions)
+    }
+
+    /// The sealed entries among `keys` whose bytes no longer match their checksums.
+    fn changed_among<'k>(
+        &self,
+        gpu: &Gpu,
+        gate: &GateKernels,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<Vec<String>, CudaError> {
+        let sealed: Vec<(&str, u64)> = keys
+            .into_iter()
+            .filter_map(|k| Some((k, self.entries.get(k)?.checksum?)))
+            .collect();
+        let now = self.checksums(gpu, gate, sealed.iter().map(|(k, _)| *k))?;
+        Ok(sealed
+            .into_iter()
+            .zip(now)
+            .filter(|((_, kept), now)| kept != now)
+            .map(|((k, _), _)| k.to_string())
+            .collect())
+    }
+
     /// Where each reference of `wanted` (key, bytes) is: those computed before are checked
     /// against their checksums first (in one pass), and any that changed is to be computed
     /// again.
@@ -140,26 +177,12 @@ impl KeptReferences {
         gate: &GateKernels,
         wanted: &[(&str, usize)],
     ) -> Result<Vec<Kept>, CudaError> {
-        let sealed: Vec<(&str, u64, u64)> = wanted
-            .iter()
-            .filter_map(|(key, _)| {
-                let e = self.entries.get(*key)?;
-                Some((*key, e.buffer.ptr(), e.checksum?))
-            })
-            .collect();
-        let regions: Vec<(u64, u64)> = sealed
-            .iter()
-            .map(|(key, ptr, _)| (*ptr, self.entries[*key].buffer.bytes() as u64))
-            .collect();
-        let sums = gate.checksum(gpu, &regions)?;
-        for ((key, _, kept), now) in sealed.iter().zip(sums) {
-            if now != *kept {
-                eprintln!(
-                    "evo worker: a kept reference changed after it was computed (a variant wrote outside its buffers?); computing it again: {key}"
-                );
-                if let Some(e) = self.entries.get_mut(*key) {
-                    e.checksum = None;
-                }
+        for key in self.changed_among(gpu, gate, wanted.iter().map(|(k, _)| *k))? {
+            eprintln!(
+                "evo worker: a kept reference changed after it was computed (a variant wrote outside its buffers?); computing it again: {key}"
+            );
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.checksum = None;
             }
         }
         let mut out = Vec::with_capacity(wanted.len());
@@ -201,14 +224,7 @@ impl KeptReferences {
             .copied()
             .filter(|k| self.entries.contains_key(*k))
             .collect();
-        let regions: Vec<(u64, u64)> = held
-            .iter()
-            .map(|k| {
-                let b = &self.entries[*k].buffer;
-                (b.ptr(), b.bytes() as u64)
-            })
-            .collect();
-        let sums = gate.checksum(gpu, &regions)?;
+        let sums = self.checksums(gpu, gate, held.iter().copied())?;
         for (k, sum) in held.into_iter().zip(sums) {
             if let Some(e) = self.entries.get_mut(k) {
                 e.checksum = Some(sum);
@@ -221,22 +237,7 @@ impl KeptReferences {
     /// of them); they are dropped. Run after every job that passed: only that job's variant
     /// ran since the previous pass, so a change is its stray write.
     pub fn changed(&mut self, gpu: &Gpu, gate: &GateKernels) -> Result<Vec<String>, CudaError> {
-        let sealed: Vec<(String, u64, u64, u64)> = self
-            .entries
-            .iter()
-            .filter_map(|(k, e)| {
-                let sum = e.checksum?;
-                Some((k.clone(), e.buffer.ptr(), e.buffer.bytes() as u64, sum))
-            })
-            .collect();
-        let regions: Vec<(u64, u64)> = sealed.iter().map(|(_, p, n, _)| (*p, *n)).collect();
-        let sums = gate.checksum(gpu, &regions)?;
-        let changed: Vec<String> = sealed
-            .into_iter()
-            .zip(sums)
-            .filter(|((_, _, _, kept), now)| now != kept)
-            .map(|((k, ..), _)| k)
-            .collect();
+        let changed = self.changed_among(gpu, gate, self.entries.keys().map(String::as_str))?;
         for k in &changed {
             self.forget(k);
         }

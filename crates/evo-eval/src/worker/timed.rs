@@ -280,7 +280,6 @@ impl Worker {
                     })
                     .collect();
                 let diffs = gate.differ(gpu, &differs)?;
-                let (_, f) = &self.references[&reference.entry];
                 let references = stages.timer("timing_reference");
                 let keys: Vec<String> = chunk.iter().map(|&set| kept_key(replay, set)).collect();
                 let wanted: Vec<(&str, usize)> = keys
@@ -304,16 +303,7 @@ impl Worker {
                         Kept::Full => ref_outs[slot].ptr(),
                     };
                     let inputs: Vec<u64> = regenerated[slot].iter().map(|b| b.ptr()).collect();
-                    let bind = super::bind_args(
-                        &reference.args,
-                        &super::CallPointers {
-                            inputs: &inputs,
-                            output: ptr,
-                            scratch: &[],
-                        },
-                    )
-                    .map_err(Stop::Setup)?;
-                    gpu.launch(f, &reference.launch, &bind)?;
+                    self.launch_reference(&reference, &inputs, ptr)?;
                     ref_ptrs.push(ptr);
                 }
                 kept.seal(gpu, gate, &computed)?;
