@@ -7,9 +7,11 @@
 set -uo pipefail
 cfg=$1; budget=$2; name=${3:-$(basename "$cfg" .toml)}
 OUT=${OUT:-/tmp/evo-out}; mkdir -p "$OUT"
-export EVO_CACHE_DIR=/tmp/evo-cache
 EVO=${EVO:-.gpu/evo}
 dir=/tmp/tp_$name; rm -rf "$dir"; mkdir -p "$dir"
+# A compile cache of its own: on a machine kept warm, a shared one held the cubins of the
+# previous run's genomes (the strategy proposes many of them again) and hid compile time.
+export EVO_CACHE_DIR=$dir/cache
 cp "$cfg" "$dir/config.toml"
 # A baseline imported from a file beside the config becomes PyTorch measured at the start
 # (what that file holds, measured here).

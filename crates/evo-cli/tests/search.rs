@@ -244,6 +244,69 @@ fn replay_search_is_deterministic_valid_and_applies_the_regression_rule() {
     );
 }
 
+/// With an overlap, a generation is proposed while the last genome of the one before is
+/// still being evaluated; its result still lands in the run, once, and the run ends
+/// after its last generation's every result.
+#[test]
+fn overlapping_generations_lose_and_repeat_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    let (valid, _) = landscape(&land);
+    let db = dir.path().join("population.db");
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .env("EVO_REPLAY_OVERLAP", "1")
+        .env("EVO_REPLAY_DELAY_MS", "40")
+        .args(["search", "-c", "configs/gemm.toml", "--no-progress", "--db"])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .args(["--run", "o", "--budget", "3gen", "--seed", "7"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("run o: generation budget spent"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (candidates, generations) = rt.block_on(async {
+        let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+        let r = store.run("o").await.unwrap().unwrap();
+        let c = store.candidates(r.id).await.unwrap();
+        let g = store.generations(r.id).await.unwrap();
+        (c, g)
+    });
+    assert_eq!(candidates.len(), 1 + 3 * 32);
+    let genomes: BTreeSet<&String> = candidates.iter().map(|c| &c.genome).collect();
+    assert_eq!(genomes.len(), candidates.len(), "no genome evaluated twice");
+    for c in &candidates {
+        assert!(c.status.is_some(), "candidate {} has no result", c.id);
+        assert!(valid.contains(&c.genome) || c.origin.name() == "baseline");
+    }
+    assert_eq!(
+        generations.iter().map(|g| g.generation).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    // Each later generation was proposed before the last result of the one before it.
+    for g in 1..3u32 {
+        let proposed = candidates
+            .iter()
+            .filter(|c| c.generation == g)
+            .map(|c| c.created_at.clone())
+            .min()
+            .unwrap();
+        let last_before = candidates
+            .iter()
+            .filter(|c| c.generation == g - 1)
+            .filter_map(|c| c.evaluated_at.clone())
+            .max()
+            .unwrap();
+        assert!(
+            proposed < last_before,
+            "generation {g} proposed at {proposed}, after generation {}'s last result at {last_before}",
+            g - 1
+        );
+    }
+}
+
 #[test]
 fn a_killed_search_resumes_without_losing_or_repeating_anything() {
     let dir = tempfile::tempdir().unwrap();

@@ -351,6 +351,12 @@ pub struct SearchSection {
     pub regression_tolerance: f64,
     /// ... on at least this many shapes is `regressed`.
     pub regression_shapes: usize,
+    /// Per GPU: how many of a generation's last genomes may still be in evaluation when
+    /// the next generation is proposed (their results join the history of the advance
+    /// after), so the GPUs do not wait for the next generation's first compiles. 0:
+    /// every result is in before the next generation is proposed. The run's last
+    /// generation always waits for every result.
+    pub overlap: usize,
     /// Keys neither this section nor [`SearchParams`] knows: refused by
     /// [`SearchConfig::parse`] (serde's `deny_unknown_fields` does not work with
     /// `flatten`; a map flattened after the struct collects what it left).
@@ -368,6 +374,7 @@ impl Default for SearchSection {
             patience: 0,
             regression_tolerance: 0.10,
             regression_shapes: 2,
+            overlap: 6,
             unknown: BTreeMap::new(),
         }
     }
@@ -826,6 +833,6 @@ job_base_s = 5.0
             e.contains("s.toml") && e.contains("`popluation`") && e.contains("population"),
             "{e}"
         );
-        assert_eq!(SearchSection::known_keys().len(), 14);
+        assert_eq!(SearchSection::known_keys().len(), 15);
     }
 }

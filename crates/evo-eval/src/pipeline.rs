@@ -126,10 +126,11 @@ impl Evaluator {
 }
 
 /// Genomes evaluated together draw their inputs from the same seeds, so a reference is
-/// computed once per batch: the job ids of 16 consecutive candidates (`id` is a candidate's id
-/// × 16 + its specialization) and the run's salt give one seed. Each variant still sees every
-/// input for the first time (the argument is in ARCHITECTURE.md's invariants).
-pub const BATCH_CANDIDATES: u64 = 16;
+/// computed once per batch: the job ids of 32 consecutive candidates (a default
+/// generation; `id` is a candidate's id × 16 + its specialization) and the run's salt give
+/// one seed. Each variant still sees every input for the first time (the argument is in
+/// ARCHITECTURE.md's invariants).
+pub const BATCH_CANDIDATES: u64 = 32;
 
 fn batch_seed(salt: u64, id: u64) -> u64 {
     let batch = (id / 16) / BATCH_CANDIDATES;
@@ -488,11 +489,15 @@ mod tests {
         let job = |candidate: u64, spec: u64| candidate * 16 + spec;
         let first = batch_seed(7, job(0, 0));
         assert_eq!(
-            batch_seed(7, job(15, 3)),
+            batch_seed(7, job(BATCH_CANDIDATES - 1, 3)),
             first,
-            "same batch of 16 candidates"
+            "same batch of candidates"
         );
-        assert_ne!(batch_seed(7, job(16, 0)), first, "the next batch");
+        assert_ne!(
+            batch_seed(7, job(BATCH_CANDIDATES, 0)),
+            first,
+            "the next batch"
+        );
         assert_ne!(batch_seed(8, job(0, 0)), first, "another run");
     }
 
@@ -500,8 +505,16 @@ mod tests {
     fn seeds_are_the_batch_s_and_differ_per_trial() {
         let a = seeds(batch_seed(1, 0), 3);
         assert_eq!(a.len(), 3);
-        assert_eq!(a, seeds(batch_seed(1, 16 * 15), 3), "same batch");
-        assert_ne!(a, seeds(batch_seed(1, 16 * 16), 3), "the next batch");
+        assert_eq!(
+            a,
+            seeds(batch_seed(1, 16 * (BATCH_CANDIDATES - 1)), 3),
+            "same batch"
+        );
+        assert_ne!(
+            a,
+            seeds(batch_seed(1, 16 * BATCH_CANDIDATES), 3),
+            "the next batch"
+        );
         assert_ne!(a, seeds(batch_seed(2, 0), 3), "another run");
         assert!(a[0] != a[1] && a[1] != a[2]);
     }

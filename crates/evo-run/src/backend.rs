@@ -15,6 +15,7 @@ use evo_eval::protocol::ShapeResult;
 use evo_gpu::device::DriverInfo;
 use evo_gpu::Compiler;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use crate::context::Context;
 use crate::error::{refuse, MissingComponent, Result, ResultExt};
@@ -138,12 +139,66 @@ pub struct GpuBackend {
     pub evaluator: Arc<Evaluator>,
     pub context: Arc<Context>,
     pub edges: Arc<Vec<Vars>>,
-    /// Compilations in flight at once (CPU threads).
-    pub compile_limit: Arc<Semaphore>,
+    /// Compilations in flight at once (CPU threads), handed to genomes in turn.
+    pub compiles: Arc<CompileQueue>,
     /// One permit per GPU worker: taken after compiling, before evaluating.
     pub gpu_slots: Arc<Semaphore>,
     /// The run's seed: correctness inputs are a function of it and the variant.
     pub salt: u64,
+}
+
+/// The host's compile slots (CPU threads), taken by one caller at a time: a caller takes
+/// a slot for each of its items, each as one frees, before the next caller takes any.
+/// Handed out one by one in arrival order instead, the specializations of a generation's
+/// genomes interleaved, every genome finished compiling at about the same time, and the
+/// GPU waited for the whole generation's compiles (69% busy on an H100 with the Hopper
+/// config, docs/RESULTS.md session 12).
+pub struct CompileQueue {
+    slots: Arc<Semaphore>,
+    size: usize,
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl CompileQueue {
+    pub fn new(slots: usize) -> Self {
+        let size = slots.max(1);
+        CompileQueue {
+            slots: Arc::new(Semaphore::new(size)),
+            size,
+            turn: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// How many compilations run at once.
+    pub fn slots(&self) -> usize {
+        self.size
+    }
+
+    /// Starts `work` on a blocking thread for every item, each holding one slot; returns
+    /// once all have started (their results come through the handles, in item order).
+    pub async fn run_all<I, T, F>(&self, items: Vec<I>, work: F) -> Vec<JoinHandle<T>>
+    where
+        I: Send + 'static,
+        T: Send + 'static,
+        F: Fn(I) -> T + Clone + Send + 'static,
+    {
+        let _turn = self.turn.lock().await;
+        let mut started = Vec::with_capacity(items.len());
+        for item in items {
+            let slot = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
+            let work = work.clone();
+            started.push(tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                work(item)
+            }));
+        }
+        started
+    }
 }
 
 pub enum Backend {
@@ -243,7 +298,7 @@ impl GpuBackend {
             evaluator: Arc::new(evaluator),
             edges: Arc::new(context.edge_shapes()),
             context,
-            compile_limit: Arc::new(Semaphore::new(cpus)),
+            compiles: Arc::new(CompileQueue::new(cpus)),
             gpu_slots: Arc::new(Semaphore::new(gpus.len())),
             salt,
         })
@@ -280,30 +335,22 @@ impl GpuBackend {
             }
         };
         // Every specialization compiles at once, each holding one of the host's compile
-        // permits (granted first come, first served): the first genome of a generation
-        // reaches a GPU after one compile, not one per specialization.
-        let mut compiling = Vec::new();
-        for c in candidates {
-            let permit = self
-                .compile_limit
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore open");
-            let (ev, c2) = (self.evaluator.clone(), c.clone());
-            // Compile and read the SASS before taking a GPU slot: on an H200 the
-            // cuobjdump run inside the slot left the GPU idle half the time.
-            let task = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                let compiled = ev.compile(&c2);
+        // permits; a genome takes its permits before the next genome takes any, so the
+        // first genome of a generation reaches a GPU after one compile.
+        let ev = self.evaluator.clone();
+        let compiling = self
+            .compiles
+            .run_all(candidates, move |c| {
+                // Compile and read the SASS before taking a GPU slot: on an H200 the
+                // cuobjdump run inside the slot left the GPU idle half the time.
+                let compiled = ev.compile(&c);
                 let sass = compiled.as_ref().ok().and_then(|c| ev.sass_of(c));
-                (compiled, sass)
-            });
-            compiling.push((c, task));
-        }
+                (c, compiled, sass)
+            })
+            .await;
         let mut compiled = Vec::new();
-        for (c, task) in compiling {
-            let (result, sass) = task.await.expect("compile task");
+        for task in compiling {
+            let (c, result, sass) = task.await.expect("compile task");
             match result {
                 Ok(result) => compiled.push((c, result, sass)),
                 Err(e) => {
@@ -454,10 +501,23 @@ impl Backend {
         }
     }
 
+    /// How many of a generation's genomes may still be in evaluation when the next is
+    /// proposed: `per_gpu` for each GPU; none for a replay (its runs stay a function of
+    /// the seed alone), unless tests ask for it with `EVO_REPLAY_OVERLAP`.
+    pub fn overlap(&self, per_gpu: usize) -> usize {
+        match self {
+            Backend::Gpu(b) => per_gpu * b.evaluator.pool.size(),
+            Backend::Replay { .. } => std::env::var("EVO_REPLAY_OVERLAP")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+
     /// Evaluations in flight at once: every GPU busy plus compilation running ahead.
     pub fn parallelism(&self) -> usize {
         match self {
-            Backend::Gpu(b) => b.evaluator.pool.size() + b.compile_limit.available_permits(),
+            Backend::Gpu(b) => b.evaluator.pool.size() + b.compiles.slots(),
             Backend::Replay { .. } => 1,
         }
     }
@@ -544,6 +604,39 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller's items take slots before the next caller's: with two slots and two
+    /// callers of three items each, the first caller's three start before the second's
+    /// first (handed out in arrival order they would alternate).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn compile_slots_go_to_one_genome_at_a_time() {
+        let queue = Arc::new(CompileQueue::new(2));
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let caller = |name: &'static str| {
+            let (queue, order) = (queue.clone(), order.clone());
+            tokio::spawn(async move {
+                let handles = queue
+                    .run_all(vec![1, 2, 3], move |i| {
+                        order.lock().unwrap().push(format!("{name}{i}"));
+                        std::thread::sleep(std::time::Duration::from_millis(30));
+                        i * 10
+                    })
+                    .await;
+                let mut results = Vec::new();
+                for h in handles {
+                    results.push(h.await.unwrap());
+                }
+                results
+            })
+        };
+        let a = caller("a");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let b = caller("b");
+        assert_eq!(a.await.unwrap(), vec![10, 20, 30]);
+        assert_eq!(b.await.unwrap(), vec![10, 20, 30]);
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order, ["a1", "a2", "a3", "b1", "b2", "b3"]);
+    }
 
     fn timed(seq: i64, median_us: Option<f64>) -> ShapeMeasurement {
         ShapeMeasurement {

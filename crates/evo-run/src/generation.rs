@@ -1,8 +1,10 @@
 //! Completing a generation and proposing the next: when no candidate of the run is
-//! pending, the history of every stored result gives the elites, the insights and the
+//! pending (or, with an overlap, only the last few of the generation are still being
+//! evaluated), the history of every stored result gives the elites, the insights and the
 //! patience count; the strategy proposes from the seed and that history alone; and one
-//! compare-and-set transaction stores it all. Any host computes the same proposals, and
-//! one wins.
+//! compare-and-set transaction stores it all. Any host computes the same proposals from
+//! the same history, and one wins. Results that arrive after an overlapping advance join
+//! the history the next advance reads; the run's last advance waits for every result.
 
 use std::time::Instant;
 
@@ -85,9 +87,16 @@ impl Run {
         }
     }
 
-    /// Completes the current generation (when its proposals are all evaluated) and
-    /// proposes the next, unless the run is finished, pending or another host is faster.
-    pub(crate) async fn step(&self, inv: Invocation<'_>, progress: &dyn Progress) -> Result<Step> {
+    /// Completes the current generation (when its proposals are all evaluated, or all
+    /// but at most `overlap` that are being evaluated) and proposes the next, unless the
+    /// run is finished, pending or another host is faster. An advance that would finish
+    /// the run waits for every result.
+    pub(crate) async fn step(
+        &self,
+        inv: Invocation<'_>,
+        progress: &dyn Progress,
+        overlap: usize,
+    ) -> Result<Step> {
         let store = &self.store;
         let tally = inv.tally;
         let run = tally
@@ -98,11 +107,22 @@ impl Run {
             return Ok(Step::RunFinished);
         }
         let candidates = tally.db(store.candidates(self.id)).await?;
-        if candidates.iter().any(|c| c.status.is_none()) {
-            return Ok(Step::Pending);
-        }
         let latest = tally.db(store.latest_generation(self.id)).await?;
         let current = latest.as_ref().map_or(0, |g| g.generation + 1);
+        let pending = candidates.iter().filter(|c| c.status.is_none()).count();
+        // At most half a generation proposed without its results. A quarter left the
+        // GPU idle at every boundary of the Hopper config (population 8): two genomes in
+        // flight were less GPU work than the next generation's first compile.
+        let overlap = overlap.min(self.context.config.search.params.population / 2);
+        let overlapped = pending > 0
+            && pending <= overlap
+            && candidates
+                .iter()
+                .filter(|c| c.status.is_none())
+                .all(|c| c.generation == current && c.lease_owner.is_some());
+        if pending > 0 && !overlapped {
+            return Ok(Step::Pending);
+        }
         let history = history_of(&candidates, &self.context.space)?;
         let proposed = candidates
             .iter()
@@ -138,6 +158,10 @@ impl Run {
             state.generation = current.checked_sub(1);
             (None, current)
         };
+        if pending > 0 && (finish.is_some() || completed.is_none()) {
+            // The run's end (or its first generation) waits for every result.
+            return Ok(Step::Pending);
+        }
         let proposals = match finish {
             Some(_) => Vec::new(),
             None => self
@@ -168,6 +192,7 @@ impl Run {
                     proposals: &rows,
                     search_state: &evo_store::to_stored_json(&state),
                     finish: finish.is_some(),
+                    overlap: overlap as u64,
                 },
             ))
             .await?;

@@ -121,6 +121,10 @@ impl Run {
     async fn claim_loop(&self, shift: &Shift<'_>, tally: &mut Tally) -> Result<Ended> {
         let (host, started) = (shift.host, shift.started);
         let limit = self.backend.parallelism();
+        let overlap = self
+            .backend
+            .overlap(self.context.config.search.overlap)
+            .min(limit);
         let poll = (self.lease() / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
         let mut reason = "interrupted";
         let mut stopping = false;
@@ -157,6 +161,17 @@ impl Run {
                     generation_now = g;
                 }
             }
+            // Only the generation's last genomes in evaluation (`step` checks that none
+            // is left to claim): propose the next generation now, so its first compiles
+            // run while these finish instead of leaving the GPUs idle after them.
+            if !stopping && !in_flight.is_empty() && in_flight.len() <= overlap {
+                let step = self
+                    .step(Invocation { started, tally }, shift.progress, overlap)
+                    .await?;
+                if matches!(step, Step::Advanced(None) | Step::Lost) {
+                    continue;
+                }
+            }
             if let Some(joined) = in_flight.join_next().await {
                 if let Some((id, genome, r)) = joined.expect("evaluation task") {
                     self.record(id, &genome, r, generation_now, shift, tally)
@@ -172,7 +187,7 @@ impl Run {
                 });
             }
             match self
-                .step(Invocation { started, tally }, shift.progress)
+                .step(Invocation { started, tally }, shift.progress, 0)
                 .await?
             {
                 Step::RunFinished => {

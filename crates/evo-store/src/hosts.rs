@@ -78,6 +78,11 @@ pub struct Advance<'a> {
     pub search_state: &'a Json,
     /// Mark the run finished (budget, patience or an exhausted space).
     pub finish: bool,
+    /// How many candidates of the completed generation may still be pending (each under
+    /// a lease: being evaluated): the next generation is proposed while the last few of
+    /// this one finish. 0: every candidate of the run has a result. An advance that
+    /// finishes the run takes none.
+    pub overlap: u64,
 }
 
 const HOST_COLS: &str = "id, run_id, hostname, pid, device, gpus, evaluator, started_at, \
@@ -272,9 +277,10 @@ impl Store {
     /// Completes a generation and stores the next one's proposals, if no other host did
     /// so first: in one transaction (the run's row locked on PostgreSQL, the database on
     /// SQLite) it checks that the newest generation row is still `expected_latest`, that
-    /// no candidate of the run is pending and that `next_generation` has no candidates
-    /// yet, and that the run has not finished; then writes the completed generation, the
-    /// proposals and the search state. `Ok(false)`: another host advanced (or finished
+    /// no candidate of the run is pending (but at most [`Advance::overlap`] leased ones of
+    /// the completed generation), that `next_generation` has no candidates yet, and that
+    /// the run has not finished; then writes the completed generation, the proposals and
+    /// the search state. `Ok(false)`: another host advanced (or finished
     /// the run) first; nothing was written.
     pub async fn advance_generation(
         &self,
@@ -312,6 +318,22 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .ctx(|| format!("counting the pending candidates of run {run}"))?;
+        // Pending candidates an overlapping advance tolerates: leased ones of the
+        // generation it completes.
+        let overlapping: i64 = match a.completed {
+            Some(g) if a.overlap > 0 && !a.finish => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM candidates WHERE run_id = $1 AND status IS NULL \
+                 AND generation = $2 AND lease_owner IS NOT NULL",
+            )
+            .bind(run.0)
+            .bind(i64::from(g.generation))
+            .fetch_one(&mut *tx)
+            .await
+            .ctx(|| format!("counting the candidates of run {run} in evaluation"))?,
+            _ => 0,
+        };
+        let overlap = i64::try_from(a.overlap).unwrap_or(i64::MAX);
+        let pending_refused = pending > overlapping || overlapping > overlap;
         let proposed: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM candidates WHERE run_id = $1 AND generation = $2 \
              AND origin <> $3",
@@ -327,7 +349,8 @@ impl Store {
                 a.next_generation
             )
         })?;
-        if finished || latest != a.expected_latest.map(i64::from) || pending > 0 || proposed > 0 {
+        if finished || latest != a.expected_latest.map(i64::from) || pending_refused || proposed > 0
+        {
             tx.rollback()
                 .await
                 .ctx(|| format!("abandoning the advance of run {run}"))?;

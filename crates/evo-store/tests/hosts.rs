@@ -180,6 +180,7 @@ async fn exactly_one_host_advances_a_generation(store: Store) {
                         proposals: &proposals,
                         search_state: &state,
                         finish: false,
+                        overlap: 0,
                     },
                 )
                 .await
@@ -206,6 +207,7 @@ async fn exactly_one_host_advances_a_generation(store: Store) {
         proposals: &next,
         search_state: &state,
         finish: false,
+        overlap: 0,
     };
     assert!(!store.advance_generation(run, &advance).await.unwrap());
     for c in store.pending_candidates(run).await.unwrap() {
@@ -244,6 +246,7 @@ async fn exactly_one_host_advances_a_generation(store: Store) {
                 proposals: &[],
                 search_state: &state,
                 finish: true,
+                overlap: 0,
             },
         )
         .await
@@ -252,6 +255,87 @@ async fn exactly_one_host_advances_a_generation(store: Store) {
         store.run_by_id(run).await.unwrap().unwrap().status,
         RunStatus::Finished
     );
+    store.close().await;
+}
+
+both_backends!(an_overlapping_advance_tolerates_only_leased_candidates_of_its_generation);
+async fn an_overlapping_advance_tolerates_only_leased_candidates_of_its_generation(store: Store) {
+    let run = store.create_run(&new_run("r")).await.unwrap();
+    let first: Vec<NewCandidate> = (0..5)
+        .map(|i| NewCandidate::new(genome(i), 0, Origin::Random))
+        .collect();
+    let state = json!({});
+    let propose = |completed, next_generation, proposals, finish, overlap| Advance {
+        expected_latest: None,
+        completed,
+        next_generation,
+        proposals,
+        search_state: &state,
+        finish,
+        overlap,
+    };
+    assert!(store
+        .advance_generation(run, &propose(None, 0, &first, false, 0))
+        .await
+        .unwrap());
+    // Two candidates in evaluation (leased), one unclaimed, two done.
+    store.register_host(run, &host("host-a")).await.unwrap();
+    let held = store
+        .claim_candidates(run, "host-a", 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    let pending = store.pending_candidates(run).await.unwrap();
+    for c in pending
+        .iter()
+        .filter(|c| !held.iter().any(|h| h.id == c.id))
+        .take(2)
+    {
+        store.record_result(c.id, &failed(), &[]).await.unwrap();
+    }
+    let next: Vec<NewCandidate> = (5..8)
+        .map(|i| NewCandidate::new(genome(i), 1, Origin::Mutation))
+        .collect();
+    let g0 = generation(run, 0);
+    // An unclaimed candidate is never overlapped.
+    assert!(!store
+        .advance_generation(run, &propose(Some(&g0), 1, &next, false, 8))
+        .await
+        .unwrap());
+    let last = store.pending_candidates(run).await.unwrap();
+    let unclaimed = last
+        .iter()
+        .find(|c| !held.iter().any(|h| h.id == c.id))
+        .unwrap();
+    store
+        .record_result(unclaimed.id, &failed(), &[])
+        .await
+        .unwrap();
+    // Two leased candidates pending: not within an overlap of one, not for an advance
+    // that finishes the run, and not without overlap.
+    for (finish, overlap) in [(false, 1), (true, 2), (false, 0)] {
+        assert!(!store
+            .advance_generation(run, &propose(Some(&g0), 1, &next, finish, overlap))
+            .await
+            .unwrap());
+    }
+    assert!(store
+        .advance_generation(run, &propose(Some(&g0), 1, &next, false, 2))
+        .await
+        .unwrap());
+    assert_eq!(store.candidates(run).await.unwrap().len(), 8);
+    // Generation 0's last two still pending: generation 1 cannot be completed over them.
+    for c in store.pending_candidates(run).await.unwrap() {
+        if c.generation == 1 {
+            store.record_result(c.id, &failed(), &[]).await.unwrap();
+        }
+    }
+    let g1 = generation(run, 1);
+    let after = Advance {
+        expected_latest: Some(0),
+        ..propose(Some(&g1), 2, &[], false, 8)
+    };
+    assert!(!store.advance_generation(run, &after).await.unwrap());
     store.close().await;
 }
 
