@@ -307,6 +307,52 @@ fn overlapping_generations_lose_and_repeat_nothing() {
     }
 }
 
+/// An overlapping advance that finds nothing left to propose waits for the results still
+/// out (they decide whether the space is exhausted) instead of trying to finish the run
+/// over them: the run ends, every valid genome evaluated once.
+#[test]
+fn an_exhausted_space_ends_an_overlapping_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    let (valid, _) = landscape(&land);
+    let config = dir.path().join("exhaustive.toml");
+    let gemm = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
+    std::fs::write(
+        &config,
+        format!("{gemm}\n[search]\nstrategy = \"exhaustive\"\npopulation = 48\n"),
+    )
+    .unwrap();
+    let db = dir.path().join("population.db");
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .env("EVO_REPLAY_OVERLAP", "1")
+        .arg("search")
+        .arg("-c")
+        .arg(&config)
+        .args(["--no-progress", "--db"])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .args(["--run", "x", "--seed", "5"])
+        .timeout(std::time::Duration::from_secs(300))
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("run x: the space is exhausted"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let candidates = rt.block_on(async {
+        let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+        let r = store.run("x").await.unwrap().unwrap();
+        store.candidates(r.id).await.unwrap()
+    });
+    // The baseline is the first valid genome, evaluated first; the exhaustive strategy
+    // proposes the others.
+    let genomes: BTreeSet<String> = candidates.iter().map(|c| c.genome.clone()).collect();
+    assert_eq!(genomes, valid, "every valid genome");
+    assert_eq!(candidates.len(), valid.len(), "none twice");
+    assert!(candidates.iter().all(|c| c.status.is_some()));
+}
+
 #[test]
 fn a_killed_search_resumes_without_losing_or_repeating_anything() {
     let dir = tempfile::tempdir().unwrap();

@@ -605,20 +605,25 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
 mod tests {
     use super::*;
 
-    /// A caller's items take slots before the next caller's: with two slots and two
-    /// callers of three items each, the first caller's three start before the second's
-    /// first (handed out in arrival order they would alternate).
+    /// A caller's items take slots before the next caller's. Two slots, three callers of
+    /// two items: a takes both slots; b and c wait. Handed out in arrival order, b1 and
+    /// c1 would take the slots a frees and b2 would wait for them; in turn, b takes both
+    /// and c waits for b.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn compile_slots_go_to_one_genome_at_a_time() {
         let queue = Arc::new(CompileQueue::new(2));
-        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let caller = |name: &'static str| {
-            let (queue, order) = (queue.clone(), order.clone());
+        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let ms = std::time::Duration::from_millis;
+        // c's items note their start 15 ms late: in arrival order c1 would still come
+        // 15 ms before b2; in turn it comes 45 ms after, whatever the threads' jitter.
+        let caller = |name: &'static str, late: u64| {
+            let (queue, started) = (queue.clone(), started.clone());
             tokio::spawn(async move {
                 let handles = queue
-                    .run_all(vec![1, 2, 3], move |i| {
-                        order.lock().unwrap().push(format!("{name}{i}"));
-                        std::thread::sleep(std::time::Duration::from_millis(30));
+                    .run_all(vec![1, 2], move |i| {
+                        std::thread::sleep(ms(late));
+                        started.lock().unwrap().push(format!("{name}{i}"));
+                        std::thread::sleep(ms(30));
                         i * 10
                     })
                     .await;
@@ -629,13 +634,26 @@ mod tests {
                 results
             })
         };
-        let a = caller("a");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        let b = caller("b");
-        assert_eq!(a.await.unwrap(), vec![10, 20, 30]);
-        assert_eq!(b.await.unwrap(), vec![10, 20, 30]);
-        let order = order.lock().unwrap().clone();
-        assert_eq!(order, ["a1", "a2", "a3", "b1", "b2", "b3"]);
+        let a = caller("a", 0);
+        tokio::time::sleep(ms(2)).await;
+        let b = caller("b", 0);
+        tokio::time::sleep(ms(2)).await;
+        let c = caller("c", 15);
+        for caller in [a, b, c] {
+            assert_eq!(caller.await.unwrap(), vec![10, 20], "results in item order");
+        }
+        let started = started.lock().unwrap().clone();
+        let at = |item: &str| started.iter().position(|s| s == item).unwrap();
+        for (first, then) in [("a", "b"), ("b", "c")] {
+            for i in 1..=2 {
+                for j in 1..=2 {
+                    assert!(
+                        at(&format!("{first}{i}")) < at(&format!("{then}{j}")),
+                        "{first}'s items start before {then}'s: {started:?}"
+                    );
+                }
+            }
+        }
     }
 
     fn timed(seq: i64, median_us: Option<f64>) -> ShapeMeasurement {

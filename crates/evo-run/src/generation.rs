@@ -87,8 +87,21 @@ impl Run {
         }
     }
 
+    /// How many of a generation's genomes may still be in evaluation when the next is
+    /// proposed: the backend's (`[search] overlap` per GPU), at most `limit` (what this
+    /// host evaluates at once) and half the population. A quarter left the GPU idle at
+    /// every generation boundary of the Hopper config (population 8): two genomes in
+    /// flight were less GPU work than the next generation's first compile.
+    pub(crate) fn overlap(&self, limit: usize) -> usize {
+        let search = &self.context.config.search;
+        self.backend
+            .overlap(search.overlap)
+            .min(limit)
+            .min(search.params.population / 2)
+    }
+
     /// Completes the current generation (when its proposals are all evaluated, or all
-    /// but at most `overlap` that are being evaluated) and proposes the next, unless the
+    /// but at most `overlap` (from [`Run::overlap`]) that are being evaluated) and proposes the next, unless the
     /// run is finished, pending or another host is faster. An advance that would finish
     /// the run waits for every result.
     pub(crate) async fn step(
@@ -110,10 +123,6 @@ impl Run {
         let latest = tally.db(store.latest_generation(self.id)).await?;
         let current = latest.as_ref().map_or(0, |g| g.generation + 1);
         let pending = candidates.iter().filter(|c| c.status.is_none()).count();
-        // At most half a generation proposed without its results. A quarter left the
-        // GPU idle at every boundary of the Hopper config (population 8): two genomes in
-        // flight were less GPU work than the next generation's first compile.
-        let overlap = overlap.min(self.context.config.search.params.population / 2);
         let overlapped = pending > 0
             && pending <= overlap
             && candidates
@@ -169,6 +178,10 @@ impl Run {
                 .propose(&self.context.space, &history, next, &self.seeds),
         };
         if finish.is_none() && proposals.is_empty() {
+            if pending > 0 {
+                // Exhausted given what is known: the results still out decide.
+                return Ok(Step::Pending);
+            }
             finish = Some("the space is exhausted");
         }
         let stored = stored_hashes(&candidates, &self.context.space);

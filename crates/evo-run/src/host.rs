@@ -121,13 +121,12 @@ impl Run {
     async fn claim_loop(&self, shift: &Shift<'_>, tally: &mut Tally) -> Result<Ended> {
         let (host, started) = (shift.host, shift.started);
         let limit = self.backend.parallelism();
-        let overlap = self
-            .backend
-            .overlap(self.context.config.search.overlap)
-            .min(limit);
+        let overlap = self.overlap(limit);
         let poll = (self.lease() / 20).clamp(Duration::from_millis(20), Duration::from_millis(500));
         let mut reason = "interrupted";
         let mut stopping = false;
+        // Why the run finished, when an early advance below finished it.
+        let mut finished_early = None;
         let mut in_flight = InFlight::new();
         let mut generation_now = 0u32;
         let search = &self.context.config.search;
@@ -165,11 +164,17 @@ impl Run {
             // is left to claim): propose the next generation now, so its first compiles
             // run while these finish instead of leaving the GPUs idle after them.
             if !stopping && !in_flight.is_empty() && in_flight.len() <= overlap {
-                let step = self
+                match self
                     .step(Invocation { started, tally }, shift.progress, overlap)
-                    .await?;
-                if matches!(step, Step::Advanced(None) | Step::Lost) {
-                    continue;
+                    .await?
+                {
+                    // New proposals: claim them before waiting on a result.
+                    Step::Advanced(None) => continue,
+                    // The run ended (this host's leases had lapsed and another host
+                    // recorded its genomes): keep the reason for when these finish.
+                    Step::Advanced(Some(why)) => finished_early = Some(why),
+                    // Lost or pending: wait on a result, so the loop always moves on.
+                    Step::RunFinished | Step::Lost | Step::Pending => {}
                 }
             }
             if let Some(joined) = in_flight.join_next().await {
@@ -192,7 +197,7 @@ impl Run {
             {
                 Step::RunFinished => {
                     return Ok(Ended {
-                        reason: "the run finished",
+                        reason: finished_early.unwrap_or("the run finished"),
                         run_finished: true,
                     })
                 }

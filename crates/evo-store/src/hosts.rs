@@ -79,8 +79,8 @@ pub struct Advance<'a> {
     /// Mark the run finished (budget, patience or an exhausted space).
     pub finish: bool,
     /// How many candidates of the completed generation may still be pending (each under
-    /// a lease: being evaluated): the next generation is proposed while the last few of
-    /// this one finish. 0: every candidate of the run has a result. An advance that
+    /// a lease that has not expired: being evaluated): the next generation is proposed
+    /// while the last few of this one finish. 0: every candidate of the run has a result. An advance that
     /// finishes the run takes none.
     pub overlap: u64,
 }
@@ -277,8 +277,8 @@ impl Store {
     /// Completes a generation and stores the next one's proposals, if no other host did
     /// so first: in one transaction (the run's row locked on PostgreSQL, the database on
     /// SQLite) it checks that the newest generation row is still `expected_latest`, that
-    /// no candidate of the run is pending (but at most [`Advance::overlap`] leased ones of
-    /// the completed generation), that `next_generation` has no candidates yet, and that
+    /// no candidate of the run is pending (but at most [`Advance::overlap`] ones of the
+    /// completed generation under a live lease), that `next_generation` has no candidates yet, and that
     /// the run has not finished; then writes the completed generation, the proposals and
     /// the search state. `Ok(false)`: another host advanced (or finished
     /// the run) first; nothing was written.
@@ -318,15 +318,17 @@ impl Store {
         .fetch_one(&mut *tx)
         .await
         .ctx(|| format!("counting the pending candidates of run {run}"))?;
-        // Pending candidates an overlapping advance tolerates: leased ones of the
-        // generation it completes.
+        // Pending candidates an overlapping advance tolerates: ones of the generation it
+        // completes under a lease that has not expired (an expired one's holder may be
+        // dead: nobody is evaluating it).
         let overlapping: i64 = match a.completed {
             Some(g) if a.overlap > 0 && !a.finish => sqlx::query_scalar(
                 "SELECT COUNT(*) FROM candidates WHERE run_id = $1 AND status IS NULL \
-                 AND generation = $2 AND lease_owner IS NOT NULL",
+                 AND generation = $2 AND lease_owner IS NOT NULL AND lease_until >= $3",
             )
             .bind(run.0)
             .bind(i64::from(g.generation))
+            .bind(now_ms())
             .fetch_one(&mut *tx)
             .await
             .ctx(|| format!("counting the candidates of run {run} in evaluation"))?,

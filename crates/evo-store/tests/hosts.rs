@@ -339,6 +339,60 @@ async fn an_overlapping_advance_tolerates_only_leased_candidates_of_its_generati
     store.close().await;
 }
 
+both_backends!(an_overlapping_advance_refuses_a_lapsed_lease);
+async fn an_overlapping_advance_refuses_a_lapsed_lease(store: Store) {
+    let run = store.create_run(&new_run("r")).await.unwrap();
+    let first: Vec<NewCandidate> = (0..2)
+        .map(|i| NewCandidate::new(genome(i), 0, Origin::Random))
+        .collect();
+    let state = json!({});
+    let g0 = generation(run, 0);
+    let next = [NewCandidate::new(genome(5), 1, Origin::Mutation)];
+    let advance = |expected_latest, completed, next_generation, proposals| Advance {
+        expected_latest,
+        completed,
+        next_generation,
+        proposals,
+        search_state: &state,
+        finish: false,
+        overlap: 1,
+    };
+    assert!(store
+        .advance_generation(run, &advance(None, None, 0, &first))
+        .await
+        .unwrap());
+    store.register_host(run, &host("host-a")).await.unwrap();
+    let done = store
+        .claim_candidates(run, "host-a", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .record_result(done[0].id, &failed(), &[])
+        .await
+        .unwrap();
+    // The other one's holder stopped renewing its lease: nobody is evaluating it.
+    store
+        .claim_candidates(run, "host-a", 1, Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!store
+        .advance_generation(run, &advance(None, Some(&g0), 1, &next))
+        .await
+        .unwrap());
+    // Claimed again under a live lease, it may be overlapped.
+    let again = store
+        .claim_candidates(run, "host-a", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert!(store
+        .advance_generation(run, &advance(None, Some(&g0), 1, &next))
+        .await
+        .unwrap());
+    store.close().await;
+}
+
 both_backends!(hosts_register_and_finish);
 async fn hosts_register_and_finish(store: Store) {
     let run = store.create_run(&new_run("r")).await.unwrap();
