@@ -101,9 +101,9 @@ impl Run {
     }
 
     /// Completes the current generation (when its proposals are all evaluated, or all
-    /// but at most `overlap` (from [`Run::overlap`]) that are being evaluated) and proposes the next, unless the
-    /// run is finished, pending or another host is faster. An advance that would finish
-    /// the run waits for every result.
+    /// but at most `overlap`, from [`Run::overlap`], that are being evaluated) and
+    /// proposes the next, unless the run is finished, pending or another host is faster.
+    /// An advance that would finish the run waits for every result.
     pub(crate) async fn step(
         &self,
         inv: Invocation<'_>,
@@ -122,12 +122,11 @@ impl Run {
         let candidates = tally.db(store.candidates(self.id)).await?;
         let latest = tally.db(store.latest_generation(self.id)).await?;
         let current = latest.as_ref().map_or(0, |g| g.generation + 1);
-        let pending = candidates.iter().filter(|c| c.status.is_none()).count();
-        let overlapped = pending > 0
-            && pending <= overlap
-            && candidates
+        let out: Vec<&Candidate> = candidates.iter().filter(|c| c.status.is_none()).collect();
+        let pending = out.len();
+        let overlapped = pending <= overlap
+            && out
                 .iter()
-                .filter(|c| c.status.is_none())
                 .all(|c| c.generation == current && c.lease_owner.is_some());
         if pending > 0 && !overlapped {
             return Ok(Step::Pending);

@@ -80,8 +80,8 @@ pub struct Advance<'a> {
     pub finish: bool,
     /// How many candidates of the completed generation may still be pending (each under
     /// a lease that has not expired: being evaluated): the next generation is proposed
-    /// while the last few of this one finish. 0: every candidate of the run has a result. An advance that
-    /// finishes the run takes none.
+    /// while the last few of this one finish. 0: every candidate of the run has a
+    /// result. An advance that finishes the run takes none.
     pub overlap: u64,
 }
 
@@ -278,10 +278,10 @@ impl Store {
     /// so first: in one transaction (the run's row locked on PostgreSQL, the database on
     /// SQLite) it checks that the newest generation row is still `expected_latest`, that
     /// no candidate of the run is pending (but at most [`Advance::overlap`] ones of the
-    /// completed generation under a live lease), that `next_generation` has no candidates yet, and that
-    /// the run has not finished; then writes the completed generation, the proposals and
-    /// the search state. `Ok(false)`: another host advanced (or finished
-    /// the run) first; nothing was written.
+    /// completed generation under a live lease), that `next_generation` has no
+    /// candidates yet, and that the run has not finished; then writes the completed
+    /// generation, the proposals and the search state. `Ok(false)`: another host advanced
+    /// (or finished the run) first; nothing was written.
     pub async fn advance_generation(
         &self,
         run: RunId,
