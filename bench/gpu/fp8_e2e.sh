@@ -11,20 +11,25 @@
 #     but timing (seeded and adversarial trials, edge shapes, repeat launch, guards) at the shapes
 #     of configs/sdpa_fp8_e2e_ws.toml (f16 and bf16, head dims 64 and 128, causal and not): the
 #     first two genomes of bench/gpu/fp8_e2e_genomes.txt end to end, the first one with the
-#     cluster quantizer.
+#     cluster quantizer at its four schedules (QUANT_CLUSTER 8/16 x QUANT_CTAS_PER_SM 1/3).
 #  2. ab: PyTorch SDPA (every backend, scripts/torch_sdpa_baseline.py: times and relative L2
 #     against float64) on the config's shapes, then on the same shapes the first two genomes end
-#     to end (problem sdpa_fwd_fp8_e2e), the first with the cluster quantizer, and both kernel only
+#     to end (problem sdpa_fwd_fp8_e2e), the first with the cluster quantizer at its four
+#     schedules, and both kernel only
 #     (family sdpa_fwd_fp8_ws on problem sdpa_fwd_fp8: inputs already e4m3), one random trial
 #     each (the check phase did the rest); the table (bench/gpu/fp8_e2e_table.py): per shape and
 #     genome the end-to-end (both quantizers) and kernel-only times, each quantizer's share and
 #     implied GB/s, cuDNN/e2e, cuDNN/kernel, and the errors against attention on the original
 #     inputs beside cuDNN's own.
-#  3. artifact: a small run (`evo search`, the two genomes on (4,16,4096,128) f16, causal and not;
-#     the search sanitizes its best), `evo export` of it, and bench/gpu/fp8_e2e_artifact.py: the
-#     artifact's Python entry point called with fp16 tensors (quantizing inside, strict: no
-#     fallback), its error against float64 beside F.scaled_dot_product_attention's, eager time
-#     per call of both; then `evo verify` of the artifact with what is left of the budget.
+#  3. artifact: a small run (`evo search`, the two genomes with the cluster quantizer on clusters
+#     of 16 CTAs, on (4,16,4096,128) f16, causal and not; the search sanitizes its best), `evo
+#     export` of it, and bench/gpu/fp8_e2e_artifact.py: the artifact's Python entry point called
+#     with fp16 tensors (quantizing inside, strict: no fallback), its error against float64
+#     beside F.scaled_dot_product_attention's, eager time per call of both; the artifact's
+#     example.cpp (kernel.h) on every variant; then `evo verify` of the artifact with what is
+#     left of the budget.
+# FP8_E2E_SPLIT=0 leaves the two-pass family out of the check and ab phases (and times kernel only
+# the first genome alone: the one the cluster family runs).
 # Usage: bench/gpu/fp8_e2e.sh [--phases check,ab,artifact] [--dry-run] [--table]
 #   --dry-run  print every command instead of running it (no GPU needed)
 #   --table    only (re)print the table from the JSON already under $OUT
@@ -53,6 +58,7 @@ has_phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 export EVO_CACHE_DIR=$PWD/.evo-cache
 BUDGET=${FP8_E2E_BUDGET_S:-480}
+SPLIT=${FP8_E2E_SPLIT:-1}
 
 # run LIMIT LOG CMD...: the command under a time limit (cut to what is left of the budget, less
 # 15 s for the table), stdout to LOG (stderr to LOG.err).
@@ -109,12 +115,18 @@ sed "$cluster" "$tmp/time_e2e.toml" > "$tmp/time_cluster.toml"
 
 mapfile -t G_ONE < <(genome_args 1)
 mapfile -t G_TWO < <(genome_args 2)
+# The cluster family: the first genome at each quantizer schedule (QUANT_CLUSTER x
+# QUANT_CTAS_PER_SM; bench/kernel/quant_bench.cu found the best one differing by shape).
+SCHEDULES=(QUANT_CLUSTER=8,QUANT_CTAS_PER_SM=1 QUANT_CLUSTER=8,QUANT_CTAS_PER_SM=3
+           QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=1 QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3)
+G_CLUSTER=()
+for s in "${SCHEDULES[@]}"; do G_CLUSTER+=(-g "${G_ONE[1]},$s"); done
 if has_phase check; then
   run 60 "$OUT/quantizer_tests.txt" .gpu/cargo-nextest nextest run --archive-file .gpu/tests.tar.zst \
     --workspace-remap . --no-fail-fast --no-capture \
     -E 'test(split_quantizer_is_the_one_pass_rule_bit_for_bit) | test(cluster_quantizer_is_the_one_pass_rule_bit_for_bit)'
-  run 120 "$OUT/check.txt" "$EVO" eval -c "$tmp/check.toml" --templates templates --no-timing "${G_TWO[@]}"
-  run 60 "$OUT/check_cluster.txt" "$EVO" eval -c "$tmp/check_cluster.toml" --templates templates --no-timing "${G_ONE[@]}"
+  [ "$SPLIT" = 0 ] || run 120 "$OUT/check.txt" "$EVO" eval -c "$tmp/check.toml" --templates templates --no-timing "${G_TWO[@]}"
+  run 300 "$OUT/check_cluster.txt" "$EVO" eval -c "$tmp/check_cluster.toml" --templates templates --no-timing "${G_CLUSTER[@]}"
   if [ $DRY = 0 ]; then
     bad=$(cat "$OUT"/check*.txt | grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static")
     echo "check: $bad lines with a failing status in $OUT/check*.txt (0: every genome evaluated at every shape)" | tee "$OUT/check_summary.txt"
@@ -126,9 +138,10 @@ fi
 
 if has_phase ab; then
   run 80 "$OUT/torch_ab.txt" python3 scripts/torch_sdpa_baseline.py "$tmp/time_e2e.toml" --out "$OUT/torch_ab.json"
-  run 100 "$OUT/ab_e2e.json" "$EVO" --json eval -c "$tmp/time_e2e.toml" --templates templates "${G_TWO[@]}"
-  run 50 "$OUT/ab_cluster.json" "$EVO" --json eval -c "$tmp/time_cluster.toml" --templates templates "${G_ONE[@]}"
-  run 90 "$OUT/ab_kernel.json" "$EVO" --json eval -c "$tmp/time_kernel.toml" --templates templates "${G_TWO[@]}"
+  [ "$SPLIT" = 0 ] || run 100 "$OUT/ab_e2e.json" "$EVO" --json eval -c "$tmp/time_e2e.toml" --templates templates "${G_TWO[@]}"
+  run 240 "$OUT/ab_cluster.json" "$EVO" --json eval -c "$tmp/time_cluster.toml" --templates templates "${G_CLUSTER[@]}"
+  if [ "$SPLIT" = 0 ]; then G_KERNEL=("${G_ONE[@]}"); else G_KERNEL=("${G_TWO[@]}"); fi
+  run 120 "$OUT/ab_kernel.json" "$EVO" --json eval -c "$tmp/time_kernel.toml" --templates templates "${G_KERNEL[@]}"
   [ $DRY = 1 ] || table
 fi
 
@@ -143,9 +156,10 @@ if has_phase artifact; then
   baseline=""
   [ -s "$OUT/torch_ab.json" ] && baseline="baseline = \"import:$OUT/torch_ab.json\""
   cat > "$tmp/artifact.toml" <<EOF
-# bench/gpu/fp8_e2e.sh's artifact run: configs/sdpa_fp8_e2e_ws.toml on (4,16,4096,128) f16.
+# bench/gpu/fp8_e2e.sh's artifact run: configs/sdpa_fp8_e2e_ws.toml on (4,16,4096,128) f16, the
+# cluster quantizer on clusters of 16 (non-portable: the loaders must allow them).
 problem = "sdpa_fwd_fp8_e2e"
-family = "sdpa_fwd_fp8_e2e_ws"
+family = "sdpa_fwd_fp8_e2e_ws_cluster"
 
 [spec]
 DTYPE = "f16"
@@ -178,7 +192,7 @@ strategy = "random"
 population = 2
 elites = 1
 $baseline
-seeds = ["${SEEDS[0]:-}", "${SEEDS[1]:-}"]
+seeds = ["${SEEDS[0]:-},QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3", "${SEEDS[1]:-},QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=1"]
 patience = 0
 EOF
   run 120 "$OUT/artifact_search.txt" "$EVO" search -c "$tmp/artifact.toml" --templates templates --run e2e \
@@ -187,6 +201,14 @@ EOF
   if [ $DRY = 1 ] || [ -f "$ART/manifest.json" ]; then
     run 60 "$OUT/artifact_python.txt" python3 bench/gpu/fp8_e2e_artifact.py "$ART" --json "$OUT/artifact_python.json"
     [ $DRY = 1 ] || cat "$OUT/artifact_python.txt"
+    # kernel.h from C++: example.cpp on every variant (nvcc links the toolkit's -lcuda stub).
+    if [ $DRY = 1 ] || command -v nvcc > /dev/null; then
+      run 60 "$OUT/artifact_example_build.txt" nvcc -std=c++17 -O2 -I "$ART" -I /usr/local/cuda/include \
+        "$ART/example.cpp" -o "$tmp/example" -lcuda
+      for v in $([ $DRY = 1 ] || python3 -c "import json, sys; print(' '.join(v['name'] for v in json.load(open(sys.argv[1]))['variants']))" "$ART/manifest.json"); do
+        run 60 "$OUT/artifact_example_$v.txt" "$tmp/example" "$ART" "$v"
+      done
+    fi
     # The artifact's own CUBINs through evo's gates again, if the budget leaves time.
     run 60 "$OUT/artifact_verify.txt" "$EVO" verify "$ART" --templates templates
   else

@@ -64,13 +64,24 @@ def worst(trials: list[dict], field: str) -> float | None:
     return max(errs) if errs else None
 
 
+def genome_name(genome: str, names: dict[str, str], fallback: str) -> str:
+    """The genome's name in the genomes file; a cluster genome's quantizer schedule (its
+    QUANT_CLUSTER and QUANT_CTAS_PER_SM, not in the file) as a suffix: `n192-L q16x3`."""
+    knobs = dict(p.split("=", 1) for p in kt.canonical(genome).split(",") if "=" in p)
+    quant = {k: knobs.pop(k) for k in ("QUANT_CLUSTER", "QUANT_CTAS_PER_SM") if k in knobs}
+    name = names.get(",".join(f"{k}={v}" for k, v in sorted(knobs.items())), fallback)
+    if quant:
+        name += f" q{quant.get('QUANT_CLUSTER', '8')}x{quant.get('QUANT_CTAS_PER_SM', '1')}"
+    return name
+
+
 def read_eval(path: Path | None, names: dict[str, str]) -> tuple[dict, list[str]]:
     """(genome name, shape key) -> {"us", "rel_l2", "e2e_rel_l2"}, and the failures in words."""
     rows, failed = {}, []
     if path is None or not path.is_file() or not path.read_text().strip():
         return rows, failed
     for gv in json.loads(path.read_text()):
-        name = names.get(kt.canonical(gv["genome"]), gv.get("hash", gv["genome"])[:8])
+        name = genome_name(gv["genome"], names, gv.get("hash", gv["genome"])[:8])
         for v in gv.get("verdicts", []):
             result = v.get("result") or {}
             if v.get("status") != "evaluated" or not result.get("shapes"):
@@ -109,7 +120,8 @@ def build(names, torch, e2e, kernel, cluster=None) -> dict:
         cudnn = t["us"].get("cudnn")
         best_sdpa = min((x for x in t["us"].values() if x), default=None)
         for g in genomes:
-            a, c, k = e2e.get((g, key)), cluster.get((g, key)), kernel.get((g, key))
+            # A cluster row's kernel-only time is its genome's without the quantizer schedule.
+            a, c, k = e2e.get((g, key)), cluster.get((g, key)), kernel.get((g.split(" ")[0], key))
             if not a and not c and not k:
                 continue
             e2e_us, cluster_us, kernel_us = a and a["us"], c and c["us"], k and k["us"]

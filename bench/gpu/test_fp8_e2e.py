@@ -26,6 +26,10 @@ def script(*args, out=None):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=e, cwd=ROOT)
 
 
+SCHEDULES = ["QUANT_CLUSTER=8,QUANT_CTAS_PER_SM=1", "QUANT_CLUSTER=8,QUANT_CTAS_PER_SM=3",
+             "QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=1", "QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3"]
+
+
 def genomes():
     rows = [l.split("#")[0].split() for l in GENOMES.read_text().splitlines()]
     return [r[1] for r in rows if len(r) == 2]
@@ -47,10 +51,10 @@ class DryRun(unittest.TestCase):
     def cfg(self, name):
         return tomllib.loads((self.out / name).read_text())
 
-    def test_eleven_steps_each_under_a_limit(self):
+    def test_twelve_steps_each_under_a_limit(self):
         limits = [int(re.match(r"\[dry-run\] timeout (\d+) ", l).group(1)) for l in self.lines]
-        self.assertEqual(len(limits), 11)
-        self.assertTrue(all(0 < x <= 120 for x in limits), limits)
+        self.assertEqual(len(limits), 12)  # example.cpp per variant: none in a dry run
+        self.assertTrue(all(0 < x <= 300 for x in limits), limits)
 
     def test_check_starts_with_both_quantizers_bit_for_bit_on_the_gpu(self):
         self.assertIn("nextest run --archive-file .gpu/tests.tar.zst", self.lines[0])
@@ -62,8 +66,9 @@ class DryRun(unittest.TestCase):
         self.assertIn("--no-timing", check)
         self.assertEqual(check.count(" -g "), 2)
         cluster = [l for l in self.lines if "check_cluster.txt" in l][0]
-        self.assertEqual(cluster.count(" -g "), 1)
-        self.assertIn(genomes()[0], cluster)
+        self.assertEqual(cluster.count(" -g "), 4)
+        for schedule in SCHEDULES:
+            self.assertIn(f"{genomes()[0]},{schedule}", cluster)
         cfg, shipped = self.cfg("check.toml"), tomllib.loads((ROOT / "configs/sdpa_fp8_e2e_ws.toml").read_text())
         self.assertEqual(cfg["shapes"], shipped["shapes"])
         self.assertEqual(cfg["family"], "sdpa_fwd_fp8_e2e_ws")
@@ -84,7 +89,9 @@ class DryRun(unittest.TestCase):
             self.assertEqual(line.count(" -g "), 2)
             for g in genomes()[:2]:
                 self.assertIn(g, line)
-        self.assertEqual(cluster.count(" -g "), 1)
+        self.assertEqual(cluster.count(" -g "), 4)
+        for schedule in SCHEDULES:
+            self.assertIn(f"{genomes()[0]},{schedule}", cluster)
         a, k = self.cfg("time_e2e.toml"), self.cfg("time_kernel.toml")
         c = self.cfg("time_cluster.toml")
         self.assertEqual((a["problem"], a["family"]), ("sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws"))
@@ -102,16 +109,18 @@ class DryRun(unittest.TestCase):
         self.assertIn("--phases check,ab,artifact", r.stdout)
         self.assertIn("cluster quantizer", r.stdout)
 
-    def test_artifact_is_a_two_seed_run_exported_and_called_from_python(self):
+    def test_artifact_is_a_two_seed_run_exported_and_called_from_python_and_cpp(self):
         cfg = self.cfg("artifact.toml")
-        self.assertEqual(cfg["family"], "sdpa_fwd_fp8_e2e_ws")
-        self.assertEqual(cfg["search"]["seeds"], genomes()[:2])
+        self.assertEqual(cfg["family"], "sdpa_fwd_fp8_e2e_ws_cluster")
+        self.assertEqual(cfg["search"]["seeds"], [genomes()[0] + ",QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3",
+                                                  genomes()[1] + ",QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=1"])
         self.assertEqual(len(cfg["shapes"]), 2)
         search = [l for l in self.lines if " search -c " in l][0]
         self.assertIn("--budget 2evals", search)
         export = [l for l in self.lines if " export e2e " in l][0]
         self.assertNotIn("--unsanitized", export)
         self.assertTrue(any("fp8_e2e_artifact.py" in l for l in self.lines))
+        self.assertTrue(any("nvcc" in l and "example.cpp" in l for l in self.lines))
 
 
 def verdict(genome, shapes):
@@ -133,7 +142,9 @@ class Table(unittest.TestCase):
                                                       {"label": "f16", "status": "incorrect", "detail": "rel L2 0.9",
                                                        "result": None}]}]))
         (tmp / "kernel.json").write_text(json.dumps([verdict(g, [(f16, 700.0, 0.001, 0.031)])]))
-        (tmp / "cluster.json").write_text(json.dumps([verdict(g, [(f16, 760.0, 0.03, None)])]))
+        (tmp / "cluster.json").write_text(json.dumps([verdict(g, [(f16, 760.0, 0.03, None)]),
+                                                      verdict(g + ",QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3",
+                                                              [(f16, 740.0, 0.03, None)])]))
         (tmp / "torch.json").write_text(json.dumps({"format": "evo-baseline-1", "source": "t", "shapes": [
             {"shape": f16, "median_us": 850.0, "backends_us": {"cudnn": 840.0, "flash": 900.0}, "backends_rel_l2": {"cudnn": 3e-4}},
             {"shape": bf16, "median_us": 860.0, "backends_us": {"cudnn": 861.0}}]}))
@@ -142,7 +153,7 @@ class Table(unittest.TestCase):
         kernel, _ = table.read_eval(tmp / "kernel.json", names)
         cluster, _ = table.read_eval(tmp / "cluster.json", names)
         s = table.build(names, table.read_torch(tmp / "torch.json"), e2e, kernel, cluster)
-        rows = {r["shape"][6]: r for r in s["rows"]}
+        rows = {r["shape"][6]: r for r in s["rows"] if " " not in r["genome"]}
         self.assertEqual(set(rows), {"f16", "bf16"})
         r = rows["f16"]
         self.assertEqual((r["genome"], r["e2e_us"], r["kernel_us"], r["quant_us"]), ("n192-L", 800.0, 700.0, 100.0))
@@ -152,9 +163,12 @@ class Table(unittest.TestCase):
         self.assertEqual((r["e2e_rel_l2"], r["kernel_e2e_rel_l2"], r["cudnn_rel_l2"]), (0.03, 0.031, 3e-4))
         self.assertEqual((r["cluster_us"], r["cluster_quant_us"]), (760.0, 60.0))
         self.assertAlmostEqual(r["cudnn_over_cluster"], 840.0 / 760.0)
-        # The fastest end-to-end variant of the f16 shape is the cluster quantizer's.
+        # A quantizer schedule is its own row, named by it, with its genome's kernel-only time.
+        q = [x for x in s["rows"] if x["genome"] == "n192-L q16x3"][0]
+        self.assertEqual((q["cluster_us"], q["kernel_us"], q["cluster_quant_us"], q["e2e_us"]), (740.0, 700.0, 40.0, None))
+        # The fastest end-to-end variant of the f16 shape is that schedule's.
         best = [x for x in s["shapes"] if x["shape"][6] == "f16"][0]
-        self.assertEqual((best["best_e2e"], best["best_e2e_us"]), ("n192-L cluster", 760.0))
+        self.assertEqual((best["best_e2e"], best["best_e2e_us"]), ("n192-L q16x3 cluster", 740.0))
         self.assertIsNone(rows["bf16"]["kernel_us"])
         self.assertAlmostEqual(rows["bf16"]["cudnn_over_e2e"], 861.0 / 820.0)
         self.assertEqual(len(failed), 1)

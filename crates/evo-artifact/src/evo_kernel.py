@@ -409,6 +409,10 @@ def plan(q, k, v, causal=False, scale=None, scratch=None):
 # ---- the CUDA driver, through ctypes ------------------------------------------------------
 
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+# The compiled cluster's shape (__cluster_dims__), and the permission a cluster of more than 8
+# CTAs needs to launch (sm_90 allows up to 16 as a non-portable size).
+_CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER = (11, 12, 13)
+_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 
 
 class _Driver:
@@ -424,6 +428,7 @@ class _Driver:
         L.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
         L.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
         L.cuFuncSetAttribute.argtypes = [vp, ctypes.c_int, ctypes.c_int]
+        L.cuFuncGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, vp]
         L.cuCtxPushCurrent_v2.argtypes = [vp]
         L.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(vp)]
         L.cuDevicePrimaryCtxRetain.argtypes = [ctypes.POINTER(vp), ctypes.c_int]
@@ -483,6 +488,7 @@ class _Driver:
             if fkey not in self.functions:
                 fn = ctypes.c_void_p()
                 self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), self.modules[key], kernel.encode()), f"cuModuleGetFunction({kernel})")
+                self._allow_compiled_cluster(fn, kernel)
                 self.functions[fkey] = fn
             fn = self.functions[fkey]
             if shared_bytes > 48 * 1024 and self.smem_set.get(fkey, 0) < shared_bytes:
@@ -492,6 +498,21 @@ class _Driver:
             return fn
         finally:
             self.pop(pushed)
+
+
+    def _allow_compiled_cluster(self, fn, kernel):
+        """A kernel compiled with a cluster of more than 8 CTAs launches only with the
+        non-portable cluster permission (a driver or GPU without clusters refuses the query:
+        no compiled cluster)."""
+        ctas = 1
+        for attribute in _CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER:
+            v = ctypes.c_int(0)
+            if self.lib.cuFuncGetAttribute(ctypes.byref(v), attribute, fn) != 0:
+                return
+            ctas *= max(v.value, 0)
+        if ctas > 8:
+            self.check(self.lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                       f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) of {kernel}")
 
 
 _driver = None

@@ -151,6 +151,21 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
          \x20   return cuTensorMapEncodeTiled(map, dtype, rank, reinterpret_cast<void*>(address), dims, strides, box,\n\
          \x20                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,\n\
          \x20                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);\n\
+         }\n\n\
+         // A kernel compiled with a thread-block cluster of more than 8 CTAs launches only with the\n\
+         // non-portable cluster permission (sm_90: up to 16). A GPU or driver without clusters\n\
+         // refuses the query: nothing to allow.\n\
+         inline CUresult allow_compiled_cluster(CUfunction fn) {\n\
+         \x20   int ctas = 1;\n\
+         \x20   const CUfunction_attribute dims[3] = {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,\n\
+         \x20                                         CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,\n\
+         \x20                                         CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH};\n\
+         \x20   for (CUfunction_attribute a : dims) {\n\
+         \x20       int v = 0;\n\
+         \x20       if (cuFuncGetAttribute(&v, a, fn) != CUDA_SUCCESS) return CUDA_SUCCESS;\n\
+         \x20       ctas *= v > 0 ? v : 0;\n\
+         \x20   }\n\
+         \x20   return ctas > 8 ? cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) : CUDA_SUCCESS;\n\
          }\n",
     );
     writeln!(
@@ -272,6 +287,8 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
             writeln!(
                 h,
                 "        const LaunchDims d = launch_dims({i}, {shape_args});\n\
+                 \x20       r = allow_compiled_cluster(fns[{i}]);\n\
+                 \x20       if (r != CUDA_SUCCESS) return r;\n\
                  \x20       if (d.shared_bytes > 48 * 1024) {{\n\
                  \x20           r = cuFuncSetAttribute(fns[{i}], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.shared_bytes);\n\
                  \x20           if (r != CUDA_SUCCESS) return r;\n\

@@ -380,8 +380,8 @@ fn a_covering_sample_of_fp8_ws_genomes_compiles_with_qgmma_only() {
 /// configs/sdpa_fp8_e2e_ws.toml in every specialization it asks for (f16 and bf16, head dims 64
 /// and 128, causal and not): the attention kernel spill-free with QGMMA and no HGMMA or HMMA, the
 /// quantizer kernels spill-free beside it, launched first: sdpa_fwd_fp8_e2e_ws the split
-/// quantizer's six, sdpa_fwd_fp8_e2e_ws_cluster (the same config, that family) one cluster
-/// quantizer per tensor. (The attention code is sdpa_fwd_fp8_ws's, whose covering sample
+/// quantizer's six, sdpa_fwd_fp8_e2e_ws_cluster (the same config, that family) the cluster
+/// quantizer of q, k and v at the seed's quantizer schedule (the family's defaults). (The attention code is sdpa_fwd_fp8_ws's, whose covering sample
 /// compiles above.)
 #[test]
 fn the_fp8_e2e_ws_config_compiles_the_quantizer_and_the_qgmma_kernel() {
@@ -413,7 +413,7 @@ fn the_fp8_e2e_ws_config_compiles_the_quantizer_and_the_qgmma_kernel() {
         "sdpa_fp8_amax",
         "sdpa_fp8_quantize_chunks",
     ];
-    let cluster_quantizer = ["sdpa_fp8_quantize_cluster"; 3];
+    let cluster_quantizer = ["sdpa_fp8_quantize_qkv"];
     for (config, quantizer) in [
         (&config, &split_quantizer[..]),
         (&cluster, &cluster_quantizer[..]),
@@ -437,6 +437,20 @@ fn the_fp8_e2e_ws_config_compiles_the_quantizer_and_the_qgmma_kernel() {
             for name in quantizer {
                 assert_spill_free(r, name);
             }
+        }
+    }
+    // The cluster quantizer's other schedules (QUANT_CLUSTER x QUANT_CTAS_PER_SM) compile
+    // spill-free too, each in every specialization.
+    for schedule in [
+        "QUANT_CLUSTER=8,QUANT_CTAS_PER_SM=3",
+        "QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=1",
+        "QUANT_CLUSTER=16,QUANT_CTAS_PER_SM=3",
+    ] {
+        let reports = compile(&["-g", &format!("{seed},{schedule}")], &cluster);
+        assert_eq!(reports.len(), 8, "{schedule}");
+        for r in &reports {
+            assert!(r["genome"].as_str().unwrap().contains(schedule), "{r}");
+            assert_spill_free(r, "sdpa_fp8_quantize_qkv");
         }
     }
 }

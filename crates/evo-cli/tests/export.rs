@@ -711,7 +711,9 @@ fn check_python_loader(dir: &Path) {
 
 /// evo_kernel.attention() through ctypes into a fake libcuda.so.1 (and a fake torch):
 /// the driver calls it makes, and every launch parameter as the kernel would read it; a
-/// second call of a shape reuses its plan and re-points its tensor maps.
+/// second call of a shape reuses its plan and re-points its tensor maps. The fake driver
+/// reports a compiled cluster of 16 CTAs: each function gets the non-portable cluster
+/// permission once, when it is loaded.
 fn check_python_launch(dir: &Path, tmaps: usize) {
     let tmp = tempfile::tempdir().unwrap();
     if fake_driver(tmp.path()).is_none() {
@@ -725,6 +727,7 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
         &[
             ("FAKE_CUDA_LOG", log.display().to_string()),
             ("FAKE_CUDA_TMAPS", tmaps.to_string()),
+            ("FAKE_CUDA_CLUSTER", "16".into()),
         ],
     ) else {
         return;
@@ -746,6 +749,9 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
         variants.len(),
         "{log}"
     );
+    for query in ["get_attribute 0x3000 11\n", "attribute 0x3000 14 1\n"] {
+        assert_eq!(log.matches(query).count(), variants.len(), "{query}: {log}");
+    }
     assert_eq!(
         log.matches("push").count(),
         log.matches("pop").count(),

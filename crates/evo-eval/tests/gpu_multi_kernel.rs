@@ -477,12 +477,15 @@ fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
     );
 }
 
-/// The one-pass cluster quantizer of sdpa_fwd_fp8_e2e_ws_cluster (sdpa_fp8_quantize_cluster:
-/// 8 CTAs per slice, the maxima through distributed shared memory) gives the host rule's codes
-/// and descales bit for bit, and the split quantizer's bytes (the NaN's code included), in f16
-/// and bf16: with the whole slice kept on chip (`hold` = a CTA's part) and with most of it read
-/// again (`hold` = 256 elements of parts of 1232), on slices of 9856 elements whose maximum lies
-/// in the last CTA's part, an all-zero slice, a NaN, and values up to 60000.
+/// The one-pass cluster quantizer of sdpa_fwd_fp8_e2e_ws_cluster (sdpa_fp8_quantize_qkv: q, k and
+/// v in one launch, QUANT_CLUSTER CTAs per slice, the maxima through distributed shared memory)
+/// gives the host rule's codes and descales bit for bit, and the split quantizer's bytes (the
+/// NaN's code included), in f16 and bf16, at every schedule (8 or 16 CTAs per slice, 1 or 3 per
+/// SM; 16 is a non-portable cluster the loader allows): with the whole slice kept on chip and
+/// with most of it read again (`hold` = 256 elements), on q slices of 9856 elements whose maximum
+/// lies in the last CTA's part, k and v slices of 1664 (a part of 104 per CTA at 16: some CTAs
+/// hold nothing of a slice shorter than the cluster's parts), an all-zero slice, a NaN, and
+/// values up to 60000.
 #[test]
 fn cluster_quantizer_is_the_one_pass_rule_bit_for_bit() {
     use evo_gpu::runtime::{Gpu, KernelArg};
@@ -491,8 +494,7 @@ fn cluster_quantizer_is_the_one_pass_rule_bit_for_bit() {
         println!("skipping: {arch} has no thread-block clusters for sdpa_fwd_fp8_e2e_ws_cluster");
         return;
     }
-    let (slices, slice_len, chunk) = (6usize, 77 * 128usize, 8192usize);
-    let part = slice_len.div_ceil(8).div_ceil(8) * 8;
+    let (slices, n_q, n_kv, chunk) = (6usize, 77 * 128usize, 13 * 128usize, 8192usize);
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {
         state = state
@@ -500,121 +502,180 @@ fn cluster_quantizer_is_the_one_pass_rule_bit_for_bit() {
             .wrapping_add(1442695040888963407);
         ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
     };
-    let mut values: Vec<f32> = (0..slices * slice_len)
-        .map(|_| (next() * 3.0) as f32)
-        .collect();
-    values[slice_len + slice_len - 5] = 250.0;
-    values[2 * slice_len..3 * slice_len].fill(0.0);
-    values[3 * slice_len + 100] = f32::NAN;
-    values[4 * slice_len + 7] = -60000.0;
+    let mut q: Vec<f32> = (0..slices * n_q).map(|_| (next() * 3.0) as f32).collect();
+    q[n_q + n_q - 5] = 250.0;
+    q[2 * n_q..3 * n_q].fill(0.0);
+    q[3 * n_q + 100] = f32::NAN;
+    q[4 * n_q + 7] = -60000.0;
+    let k: Vec<f32> = (0..slices * n_kv).map(|_| (next() * 0.01) as f32).collect();
+    let mut v: Vec<f32> = q[..slices * n_kv].iter().rev().copied().collect();
+    v[5 * n_kv + 3] = 1e-3;
     let gpu = Gpu::open(0).unwrap();
+    let (family, _, space) = e2e_family(
+        "sdpa_fwd_fp8_e2e_ws_cluster",
+        &arch,
+        &[
+            ("BATCH", 2),
+            ("HEADS", 3),
+            ("SEQ_Q", 77),
+            ("SEQ_KV", 13),
+            ("HEAD_DIM", 128),
+        ],
+    );
+    let mut checked = 0;
     for dtype in ["f16", "bf16"] {
         // What the GPU reads: the values rounded to the dtype.
-        let (bytes, read): (Vec<u8>, Vec<f32>) = if dtype == "f16" {
-            let h: Vec<half::f16> = values.iter().map(|v| half::f16::from_f32(*v)).collect();
-            (
-                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                h.iter().map(|x| x.to_f32()).collect(),
-            )
-        } else {
-            let h: Vec<half::bf16> = values.iter().map(|v| half::bf16::from_f32(*v)).collect();
-            (
-                h.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                h.iter().map(|x| x.to_f32()).collect(),
-            )
+        let rounded = |values: &[f32]| -> (Vec<u8>, Vec<f32>) {
+            if dtype == "f16" {
+                let h: Vec<half::f16> = values.iter().map(|v| half::f16::from_f32(*v)).collect();
+                (
+                    h.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                    h.iter().map(|x| x.to_f32()).collect(),
+                )
+            } else {
+                let h: Vec<half::bf16> = values.iter().map(|v| half::bf16::from_f32(*v)).collect();
+                (
+                    h.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                    h.iter().map(|x| x.to_f32()).collect(),
+                )
+            }
         };
-        let want = evo_kernels::fp8::quantize(&read, slice_len);
-        let (family, _, space) = e2e_family(
-            "sdpa_fwd_fp8_e2e_ws_cluster",
-            &arch,
-            &[
-                ("BATCH", 2),
-                ("HEADS", 3),
-                ("SEQ_Q", 77),
-                ("SEQ_KV", 77),
-                ("HEAD_DIM", 128),
-            ],
-        );
-        let mut vars = space.vars(&space.iter_valid().next().unwrap(), 0).unwrap();
-        vars.insert("DTYPE".into(), dtype.into());
-        let source = family.render_vars(&vars).unwrap();
-        let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
-        let compiled = compiler
-            .compile(&CompileRequest {
-                name: "cluster.cu".into(),
-                source,
+        let tensors = [(rounded(&q), n_q), (rounded(&k), n_kv), (rounded(&v), n_kv)];
+        let inputs: Vec<_> = tensors
+            .iter()
+            .map(|((bytes, _), _)| {
+                let x = gpu.alloc(bytes.len()).unwrap();
+                gpu.upload(&x, bytes).unwrap();
+                x
             })
-            .unwrap();
-        assert!(compiled.success, "{}", compiled.log);
-        let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
-        let x = gpu.alloc(bytes.len()).unwrap();
-        gpu.upload(&x, &bytes).unwrap();
-        let n = KernelArg::I64(slice_len as i64);
-        let run = |hold: Option<usize>| -> (Vec<u8>, Vec<u8>) {
-            let codes = gpu.alloc(slices * slice_len).unwrap();
-            let descale = gpu.alloc(slices * 4).unwrap();
-            for b in [&codes, &descale] {
-                gpu.memset_u8(b, 0xff).unwrap();
-            }
-            let ptrs = [
-                KernelArg::Ptr(x.ptr()),
-                KernelArg::Ptr(codes.ptr()),
-                KernelArg::Ptr(descale.ptr()),
-            ];
-            match hold {
-                Some(hold) => {
-                    let f = module.function("sdpa_fp8_quantize_cluster").unwrap();
-                    let smem = (2 * hold.min(part)) as u32;
-                    f.set_max_dynamic_smem(smem).unwrap();
-                    let mut args = ptrs.to_vec();
-                    args.extend([n, KernelArg::I64(hold as i64)]);
-                    let dims = LaunchDims {
-                        grid: [8, slices as u32, 1],
-                        block: [512, 1, 1],
-                        shared_bytes: smem,
-                    };
-                    gpu.launch(&f, &dims, &args).unwrap();
+            .collect();
+        for (cluster, per_sm) in [(8i64, 1i64), (8, 3), (16, 1), (16, 3)] {
+            let genome = space
+                .iter_valid()
+                .find(|g| {
+                    g.get("QUANT_CLUSTER") == Some(&cluster.into())
+                        && g.get("QUANT_CTAS_PER_SM") == Some(&per_sm.into())
+                })
+                .unwrap();
+            let mut vars = space.vars(&genome, 0).unwrap();
+            vars.insert("DTYPE".into(), dtype.into());
+            let threads = vars["QUANT_THREADS"].as_int().unwrap() as u32;
+            let full_hold = vars["QUANT_HOLD"].as_int().unwrap() as usize;
+            let source = family.render_vars(&vars).unwrap();
+            let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
+            let compiled = compiler
+                .compile(&CompileRequest {
+                    name: "cluster.cu".into(),
+                    source,
+                })
+                .unwrap();
+            assert!(compiled.success, "{}", compiled.log);
+            let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
+            let part = n_q.div_ceil(cluster as usize).div_ceil(8) * 8;
+            for hold in [full_hold, 256] {
+                let keep = part.min(hold);
+                let outputs: Vec<_> = tensors
+                    .iter()
+                    .map(|((_, _), n)| {
+                        let codes = gpu.alloc(slices * n).unwrap();
+                        let descale = gpu.alloc(slices * 4).unwrap();
+                        for b in [&codes, &descale] {
+                            gpu.memset_u8(b, 0xff).unwrap();
+                        }
+                        (codes, descale)
+                    })
+                    .collect();
+                let mut args: Vec<KernelArg> =
+                    inputs.iter().map(|x| KernelArg::Ptr(x.ptr())).collect();
+                args.extend(outputs.iter().map(|(c, _)| KernelArg::Ptr(c.ptr())));
+                args.extend(outputs.iter().map(|(_, d)| KernelArg::Ptr(d.ptr())));
+                args.extend([
+                    KernelArg::I64(n_q as i64),
+                    KernelArg::I64(n_kv as i64),
+                    KernelArg::I64(keep as i64),
+                ]);
+                let f = module.function("sdpa_fp8_quantize_qkv").unwrap();
+                f.set_max_dynamic_smem((2 * keep) as u32).unwrap();
+                let dims = LaunchDims {
+                    grid: [cluster as u32, 3 * slices as u32, 1],
+                    block: [threads, 1, 1],
+                    shared_bytes: (2 * keep) as u32,
+                };
+                gpu.launch(&f, &dims, &args).unwrap();
+                gpu.synchronize().unwrap();
+                for (t, (((_, read), n), (codes, descale))) in
+                    tensors.iter().zip(&outputs).enumerate()
+                {
+                    let want = evo_kernels::fp8::quantize(read, *n);
+                    let codes = gpu.download(codes).unwrap();
+                    let first =
+                        (0..codes.len()).find(|&i| !read[i].is_nan() && codes[i] != want.codes[i]);
+                    let what = format!(
+                        "{dtype}, cluster {cluster}, {per_sm} per SM, hold {hold}, tensor {t}"
+                    );
+                    assert_eq!(
+                        first, None,
+                        "{what}: first code differing from the host rule"
+                    );
+                    let want_descale: Vec<u8> =
+                        want.descale.iter().flat_map(|d| d.to_le_bytes()).collect();
+                    assert_eq!(
+                        gpu.download(descale).unwrap(),
+                        want_descale,
+                        "{what}: descales"
+                    );
+                    // The split quantizer's bytes (NaN's code included) on the same input.
+                    let split = split_codes(&gpu, &module, &inputs[t], slices, *n, chunk);
+                    assert!(
+                        codes == split,
+                        "{what}: the cluster and split quantizers differ"
+                    );
+                    checked += 1;
                 }
-                None => {
-                    let chunks = slice_len.div_ceil(chunk);
-                    let partial = gpu.alloc(slices * chunks * 4).unwrap();
-                    let c = KernelArg::I64(chunk as i64);
-                    let dims = LaunchDims {
-                        grid: [chunks as u32, slices as u32, 1],
-                        block: [256, 1, 1],
-                        shared_bytes: 0,
-                    };
-                    let amax = module.function("sdpa_fp8_amax").unwrap();
-                    let args = [ptrs[0], KernelArg::Ptr(partial.ptr()), n, c];
-                    gpu.launch(&amax, &dims, &args).unwrap();
-                    let quant = module.function("sdpa_fp8_quantize_chunks").unwrap();
-                    let mut args = ptrs.to_vec();
-                    args.extend([KernelArg::Ptr(partial.ptr()), n, c]);
-                    gpu.launch(&quant, &dims, &args).unwrap();
-                    gpu.synchronize().unwrap();
-                }
             }
-            gpu.synchronize().unwrap();
-            (
-                gpu.download(&codes).unwrap(),
-                gpu.download(&descale).unwrap(),
-            )
-        };
-        let want_descale: Vec<u8> = want.descale.iter().flat_map(|d| d.to_le_bytes()).collect();
-        let (split_codes, _) = run(None);
-        for hold in [part, 256] {
-            let (codes, descale) = run(Some(hold));
-            let first = (0..codes.len()).find(|&i| !read[i].is_nan() && codes[i] != want.codes[i]);
-            assert_eq!(
-                first, None,
-                "{dtype}, hold {hold}: first code differing from the host rule"
-            );
-            assert_eq!(descale, want_descale, "{dtype}, hold {hold}: descales");
-            assert!(
-                codes == split_codes,
-                "{dtype}, hold {hold}: the cluster and split quantizers differ"
-            );
         }
     }
-    println!("cluster quantizer: f16 and bf16 codes and descales equal to the host rule, held and re-read");
+    assert_eq!(checked, 2 * 4 * 2 * 3);
+    println!("cluster quantizer: f16 and bf16 codes and descales equal to the host rule at 4 schedules, held and re-read");
+}
+
+/// The split quantizer's codes of `slices` slices of `n` elements at `x` (module of an e2e family).
+fn split_codes(
+    gpu: &evo_gpu::runtime::Gpu,
+    module: &evo_gpu::runtime::Module,
+    x: &evo_gpu::runtime::DeviceBuffer,
+    slices: usize,
+    n: usize,
+    chunk: usize,
+) -> Vec<u8> {
+    use evo_gpu::runtime::KernelArg;
+    let codes = gpu.alloc(slices * n).unwrap();
+    let descale = gpu.alloc(slices * 4).unwrap();
+    let chunks = n.div_ceil(chunk);
+    let partial = gpu.alloc(slices * chunks * 4).unwrap();
+    let (n, c) = (KernelArg::I64(n as i64), KernelArg::I64(chunk as i64));
+    let dims = LaunchDims {
+        grid: [chunks as u32, slices as u32, 1],
+        block: [256, 1, 1],
+        shared_bytes: 0,
+    };
+    let amax = module.function("sdpa_fp8_amax").unwrap();
+    gpu.launch(
+        &amax,
+        &dims,
+        &[KernelArg::Ptr(x.ptr()), KernelArg::Ptr(partial.ptr()), n, c],
+    )
+    .unwrap();
+    let quant = module.function("sdpa_fp8_quantize_chunks").unwrap();
+    let args = [
+        KernelArg::Ptr(x.ptr()),
+        KernelArg::Ptr(codes.ptr()),
+        KernelArg::Ptr(descale.ptr()),
+        KernelArg::Ptr(partial.ptr()),
+        n,
+        c,
+    ];
+    gpu.launch(&quant, &dims, &args).unwrap();
+    gpu.synchronize().unwrap();
+    gpu.download(&codes).unwrap()
 }

@@ -246,33 +246,37 @@ fn fp8_e2e_ws_argument_lists_match_the_ptx() {
     }
 }
 
-/// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster): three launches of
-/// sdpa_fp8_quantize_cluster (five parameters, a cluster of 8 CTAs in its PTX), then the ws
-/// kernel; every list matches the PTX.
+/// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster): one launch of
+/// sdpa_fp8_quantize_qkv (twelve parameters, the compiled cluster in its PTX), then the ws
+/// kernel; every list matches the PTX, at both cluster sizes.
 #[test]
 fn fp8_e2e_ws_cluster_argument_lists_match_the_ptx() {
-    let c = Compiled::new(
-        "sdpa_fwd_fp8_e2e_ws_cluster",
-        &[
-            ("BATCH", 2.into()),
-            ("HEADS", 3.into()),
-            ("SEQ_Q", 77.into()),
-            ("SEQ_KV", 1000.into()),
-            ("HEAD_DIM", 64.into()),
-            ("CAUSAL", false.into()),
-            ("DTYPE", "f16".into()),
-        ],
-    );
-    assert_eq!(c.params["sdpa_fp8_quantize_cluster"].len(), 5);
-    let kernels = c.kernels();
-    assert_eq!(kernels.len(), 4);
-    let args = c.args();
-    check_arguments(&c.params, &kernels, &args).unwrap();
-    let mut narrow = args.clone();
-    narrow[0][4] = ArgSlot::I32(256);
-    let e = check_arguments(&c.params, &kernels, &narrow).unwrap_err();
-    assert!(e.contains("`sdpa_fp8_quantize_cluster`"), "{e}");
-    assert_eq!(c.dims()[0].1.grid, [8, 6, 1]);
+    for cluster in [8i64, 16] {
+        let c = Compiled::of_problem(
+            "sdpa_fwd_fp8_e2e",
+            "sdpa_fwd_fp8_e2e_ws_cluster",
+            &[
+                ("BATCH", 2.into()),
+                ("HEADS", 3.into()),
+                ("SEQ_Q", 77.into()),
+                ("SEQ_KV", 1000.into()),
+                ("HEAD_DIM", 64.into()),
+                ("CAUSAL", false.into()),
+                ("DTYPE", "f16".into()),
+            ],
+            &[("QUANT_CLUSTER", cluster.into())],
+        );
+        assert_eq!(c.params["sdpa_fp8_quantize_qkv"].len(), 12);
+        let kernels = c.kernels();
+        assert_eq!(kernels, ["sdpa_fp8_quantize_qkv", "sdpa_fwd_fp8"]);
+        let args = c.args();
+        check_arguments(&c.params, &kernels, &args).unwrap();
+        let mut narrow = args.clone();
+        narrow[0][11] = ArgSlot::I32(256);
+        let e = check_arguments(&c.params, &kernels, &narrow).unwrap_err();
+        assert!(e.contains("`sdpa_fp8_quantize_qkv`"), "{e}");
+        assert_eq!(c.dims()[0].1.grid, [cluster as u32, 18, 1]);
+    }
 }
 
 /// The split-KV attention families (problem sdpa_fwd): the attention kernel takes the ABI

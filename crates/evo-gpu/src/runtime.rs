@@ -412,10 +412,12 @@ impl Module {
         let c = CString::new(name).expect("kernel names have no NUL");
         let function = unsafe { result::module::get_function(self.module, c) }
             .map_err(|e| CudaError::new("cuModuleGetFunction", e))?;
-        Ok(Function {
+        let function = Function {
             function,
             name: name.to_string(),
-        })
+        };
+        function.allow_compiled_cluster()?;
+        Ok(function)
     }
 }
 
@@ -443,6 +445,41 @@ pub struct FunctionAttributes {
 }
 
 impl Function {
+    /// A kernel compiled with a thread-block cluster of more than 8 CTAs (`__cluster_dims__`)
+    /// launches only where the function allows non-portable cluster sizes (sm_90: up to 16); a
+    /// kernel without a compiled cluster (every one before sm_90) is left as it is.
+    fn allow_compiled_cluster(&self) -> Result<(), CudaError> {
+        use sys::CUfunction_attribute as A;
+        let mut ctas = 1i64;
+        for a in [
+            A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+            A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+            A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
+        ] {
+            let mut v = 0;
+            // Drivers and GPUs without clusters refuse the query: no compiled cluster.
+            if unsafe { sys::cuFuncGetAttribute(&mut v, a, self.function) }
+                != sys::CUresult::CUDA_SUCCESS
+            {
+                return Ok(());
+            }
+            ctas *= i64::from(v.max(0));
+        }
+        if ctas <= 8 {
+            return Ok(());
+        }
+        check(
+            "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)",
+            unsafe {
+                sys::cuFuncSetAttribute(
+                    self.function,
+                    A::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )
+            },
+        )
+    }
+
     /// Allows `bytes` of dynamic shared memory (needed above 48 KB).
     pub fn set_max_dynamic_smem(&self, bytes: u32) -> Result<(), CudaError> {
         check(

@@ -744,11 +744,13 @@ fn fp8_e2e_ws_is_the_ws_kernel_after_the_split_quantizer() {
 }
 
 /// The one-pass cluster quantizer family (sdpa_fwd_fp8_e2e_ws_cluster) is sdpa_fwd_fp8_e2e_ws with
-/// its six quantizer launches replaced by three: sdpa_fp8_quantize_cluster on q, k, v (input,
-/// codes, descale, slice length, the elements a CTA keeps on chip), a cluster of 8 CTAs per
-/// slice with twice `hold` bytes of shared memory; the same ws code and attention launch.
+/// its six quantizer launches replaced by one: sdpa_fp8_quantize_qkv on q, k and v (inputs, codes,
+/// descales, both slice lengths, the elements a CTA keeps on chip), a cluster of QUANT_CLUSTER
+/// CTAs per slice of each tensor with twice `hold` bytes of shared memory; the same ws code and
+/// attention launch. Its two knobs change the rendered kernel (cluster shape, launch bounds) and
+/// the launch (grid, block, what a CTA keeps).
 #[test]
-fn fp8_e2e_ws_cluster_quantizes_each_tensor_in_one_launch() {
+fn fp8_e2e_ws_cluster_quantizes_q_k_and_v_in_one_launch() {
     use evo_kernels::harness::ArgSlot;
     let ws = Family::load(&templates(), "sdpa_fwd_fp8_e2e", "sdpa_fwd_fp8_e2e_ws").unwrap();
     let cl = Family::load(
@@ -757,7 +759,14 @@ fn fp8_e2e_ws_cluster_quantizes_each_tensor_in_one_launch() {
         "sdpa_fwd_fp8_e2e_ws_cluster",
     )
     .unwrap();
-    assert_eq!(cl.knobs, ws.knobs);
+    let added: Vec<&str> = cl
+        .knobs
+        .iter()
+        .filter(|k| !ws.knobs.contains(k))
+        .map(|k| k.name.as_str())
+        .collect();
+    assert_eq!(added, ["QUANT_CLUSTER", "QUANT_CTAS_PER_SM"]);
+    assert_eq!(cl.knobs.len(), ws.knobs.len() + 2);
     assert_eq!(cl.constraints, ws.constraints);
     assert_eq!(
         (cl.min_arch, &cl.require_sass),
@@ -766,15 +775,8 @@ fn fp8_e2e_ws_cluster_quantizes_each_tensor_in_one_launch() {
     assert_eq!(cl.contiguous, ws.contiguous);
     let specs = fp8_problem_specs("sdpa_fwd_fp8_e2e", &[64, 128]);
     let space = cl.space(specs.contexts()).unwrap();
-    let g = space.iter_valid().nth(7).unwrap();
-    for spec in 0..specs.specs.len() {
-        let a = cl.render(&space, &g, spec).unwrap();
-        let b = ws.render(&space, &g, spec).unwrap();
-        assert_eq!(a.split_once('\n').unwrap().1, b.split_once('\n').unwrap().1);
-        assert!(a.contains("__cluster_dims__(8, 1, 1)"));
-    }
-    // Slices of 77 x 128 and 20000 x 128 elements: parts of 1232 and 320000 (more than a CTA
-    // keeps: 106496).
+    // Slices of 77 x 128 and 20000 x 128 elements: parts of ceil(2560000 / cluster) rounded up
+    // to 8, more than a CTA keeps (106496 or 34816 elements).
     let shape: Vars = [
         ("BATCH", 3.into()),
         ("HEADS", 5.into()),
@@ -787,54 +789,86 @@ fn fp8_e2e_ws_cluster_quantizes_each_tensor_in_one_launch() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let vars = space.vars(&g, 0).unwrap();
     let abi = problem("sdpa_fwd_fp8_e2e").unwrap().args(&shape);
-    let bound = |f: &Family| -> Vec<Vec<ArgSlot>> {
-        f.launch_args(&vars, &shape)
+    let mut schedules = std::collections::BTreeSet::new();
+    for g in space.iter_valid().step_by(13).take(40) {
+        let vars = space.vars(&g, 0).unwrap();
+        let int = |k: &str| vars[k].as_int().unwrap();
+        let (cluster, per_sm) = (int("QUANT_CLUSTER"), int("QUANT_CTAS_PER_SM"));
+        schedules.insert((cluster, per_sm));
+        let (threads, hold) = if per_sm == 1 {
+            (512, 106496)
+        } else {
+            (256, 34816)
+        };
+        for spec in 0..specs.specs.len() {
+            let vars = space.vars(&g, spec).unwrap();
+            let a = cl.render_vars(&vars).unwrap();
+            let mut ws_vars = vars.clone();
+            ws_vars.retain(|k, _| !k.starts_with("QUANT_"));
+            let b = ws.render_vars(&ws_vars).unwrap();
+            let head = format!(
+                "extern \"C\" __global__ void __cluster_dims__({cluster}, 1, 1) __launch_bounds__({threads}, {per_sm})\nsdpa_fp8_quantize_qkv("
+            );
+            let at = a
+                .find(&head)
+                .unwrap_or_else(|| panic!("no {head} in the render"));
+            let end = at + a[at..].find("\n}\n").unwrap() + 3;
+            let without = format!("{}{}", &a[..at], &a[end..]);
+            assert_eq!(
+                without.split_once('\n').unwrap().1.trim_end(),
+                b.split_once('\n').unwrap().1.trim_end()
+            );
+            assert!(!b.contains("sdpa_fp8_quantize_qkv"));
+        }
+        let args: Vec<Vec<ArgSlot>> = cl
+            .launch_args(&vars, &shape)
             .unwrap()
             .iter()
             .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
-            .collect()
-    };
-    let (args, ws_args) = (bound(&cl), bound(&ws));
-    let kernels: Vec<&str> = cl.launches.iter().map(|l| l.kernel.as_str()).collect();
-    assert_eq!(
-        kernels,
-        [
-            "sdpa_fp8_quantize_cluster",
-            "sdpa_fp8_quantize_cluster",
-            "sdpa_fp8_quantize_cluster",
-            "sdpa_fwd_fp8"
-        ]
-    );
-    let dims = cl.launch_dims(&vars, &shape).unwrap();
-    for (t, (n, hold)) in [
-        (77 * 128i64, 1232i64),
-        (20000 * 128, 106496),
-        (20000 * 128, 106496),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+            .collect();
+        let ws_args: Vec<Vec<ArgSlot>> = ws
+            .launch_args(&vars, &shape)
+            .unwrap()
+            .iter()
+            .map(|a| evo_kernels::bind_abi(a, &abi).unwrap())
+            .collect();
+        let kernels: Vec<&str> = cl.launches.iter().map(|l| l.kernel.as_str()).collect();
+        assert_eq!(kernels, ["sdpa_fp8_quantize_qkv", "sdpa_fwd_fp8"]);
+        let part = ((20000 * 128i64 + cluster - 1) / cluster + 7) / 8 * 8;
+        let keep = part.min(hold);
         assert_eq!(
-            args[t],
+            args[0],
             [
-                ArgSlot::Input(t),
-                ArgSlot::Scratch(t),
-                ArgSlot::Scratch(t + 3),
-                ArgSlot::I64(n),
-                ArgSlot::I64(hold)
+                ArgSlot::Input(0),
+                ArgSlot::Input(1),
+                ArgSlot::Input(2),
+                ArgSlot::Scratch(0),
+                ArgSlot::Scratch(1),
+                ArgSlot::Scratch(2),
+                ArgSlot::Scratch(3),
+                ArgSlot::Scratch(4),
+                ArgSlot::Scratch(5),
+                ArgSlot::I64(77 * 128),
+                ArgSlot::I64(20000 * 128),
+                ArgSlot::I64(keep)
             ]
         );
-        assert_eq!(dims[t].1.grid, [8, 15, 1]);
-        assert_eq!(dims[t].1.block, [512, 1, 1]);
-        assert_eq!(i64::from(dims[t].1.shared_bytes), 2 * hold);
+        let dims = cl.launch_dims(&vars, &shape).unwrap();
+        assert_eq!(dims[0].1.grid, [cluster as u32, 45, 1]);
+        assert_eq!(dims[0].1.block, [threads, 1, 1]);
+        assert_eq!(i64::from(dims[0].1.shared_bytes), 2 * keep);
+        assert_eq!(args[1], ws_args[6]);
+        assert_eq!(
+            cl.scratch_specs(&vars, &shape).unwrap(),
+            ws.scratch_specs(&vars, &shape).unwrap()[..6]
+        );
     }
-    assert_eq!(args[3], ws_args[6]);
-    assert_eq!(cl.launches[3], ws.launches[6]);
+    assert_eq!(cl.launches[1], ws.launches[6]);
     assert_eq!(
-        cl.scratch_specs(&vars, &shape).unwrap(),
-        ws.scratch_specs(&vars, &shape).unwrap()[..6]
+        schedules.len(),
+        4,
+        "every quantizer schedule: {schedules:?}"
     );
 }
 

@@ -6,7 +6,8 @@
  * $FAKE_CUDA_TMAPS = N it also reads the N tensor maps after them (the first 8 bytes,
  * which cuTensorMapEncodeTiled and cuTensorMapReplaceAddress here set to the global
  * address). No context is current until one is pushed, unless $FAKE_CUDA_CURRENT is set
- * (then device 0's primary context is, as on a thread where PyTorch ran). */
+ * (then device 0's primary context is, as on a thread where PyTorch ran). $FAKE_CUDA_CLUSTER
+ * gives every function a compiled cluster of that many CTAs. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -106,6 +107,14 @@ CUresult cuTensorMapReplaceAddress(void *map, void *address) {
             (unsigned long long)(uintptr_t)address);
     uint64_t a = (uint64_t)(uintptr_t)address;
     memcpy(map, &a, sizeof a);
+    return 0;
+}
+/* A function's compiled cluster (attributes 11-13: width, height, depth): $FAKE_CUDA_CLUSTER
+ * CTAs wide (1 high and deep) when it is set, else none (0); every other attribute 0. */
+CUresult cuFuncGetAttribute(int *value, int attr, void *fn) {
+    say("get_attribute %p %d\n", fn, attr);
+    const char *cluster = getenv("FAKE_CUDA_CLUSTER");
+    *value = !cluster ? 0 : attr == 11 ? atoi(cluster) : (attr == 12 || attr == 13) ? 1 : 0;
     return 0;
 }
 CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
