@@ -3,8 +3,8 @@
 # From the repo root, with .gpu/evo (../shared/tools/gpu-bundle.sh), PyTorch 2.11 and
 # transformers 5.x; no network:
 #   1. evo search -c configs/sdpa.toml (sdpa_fwd_mma, fp16 and bf16) for MMA_BUDGET (90s),
-#   2. evo search -c configs/sdpa_wgmma_quick.toml (sdpa_fwd_wgmma on (2,8,2048,64) and
-#      (4,16,4096,128), causal and not, fp16 and bf16) for HOPPER_BUDGET (120s),
+#   2. evo search -c configs/sdpa_wgmma_quick.toml (sdpa_fwd_wgmma on (2,8,2048,64),
+#      (4,8,2048,64) and (4,16,4096,128), causal and not, fp16 and bf16) for HOPPER_BUDGET (120s),
 #   3. evo export mma hopper --per-shape: the fastest correct variant per shape over both runs,
 #   4. the artifact's bench.py: evo against every PyTorch SDPA backend, eager and CUDA graph,
 #      on the manifest's shapes (the seed shapes and (4,16,4096,128)), fp16 and bf16, causal

@@ -1771,12 +1771,14 @@ fn per_shape_export_over_two_runs_of_two_families() {
     fixture(&db);
     let quick =
         f16_only(&std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap());
-    assert_eq!(quick.matches("[[shapes]]").count(), 4, "{quick}");
+    assert_eq!(quick.matches("[[shapes]]").count(), 6, "{quick}");
     let hopper = [
         (sdpa_shape(2, 8, 2048, 64, false), 5.0),
         (sdpa_shape(4, 16, 4096, 128, false), 900.0),
         (sdpa_shape(2, 8, 2048, 64, true), 40.0),
         (sdpa_shape(4, 16, 4096, 128, true), 600.0),
+        (sdpa_shape(4, 8, 2048, 64, false), 70.0),
+        (sdpa_shape(4, 8, 2048, 64, true), 60.0),
     ];
     genome_run(
         &db,
@@ -1820,7 +1822,8 @@ fn per_shape_export_over_two_runs_of_two_families() {
     );
     let a = &Genome::parse(A).unwrap().hash().0[..8];
     let w = &Genome::parse(W).unwrap().hash().0[..8];
-    // night's ten shapes in its order (the Hopper genome wins the third), then hopper's own.
+    // night's ten shapes in its order (the Hopper genome wins the third; night's 14 us beats
+    // its 70 at the fifth), then hopper's own.
     let want = [
         format!("f16_hd64_{a}"),
         format!("f16_hd64_{a}"),
@@ -1835,6 +1838,7 @@ fn per_shape_export_over_two_runs_of_two_families() {
         format!("f16_hd128_{w}"),
         format!("f16_hd64_causal_{w}"),
         format!("f16_hd128_causal_{w}"),
+        format!("f16_hd64_causal_{w}"),
     ];
     let table: Vec<&str> = m["dispatch"]["table"]
         .as_array()
