@@ -229,16 +229,23 @@ def attention(q, k, v, scale, causal):
     return out
 
 
-EXP2_POLY_C2 = f32(0.3397660)
+# common/softmax.cuh exp2_poly's coefficients of f, f^2, ... per degree (exact at f = 0 and 1).
+EXP2_POLY_COEFFS = {2: (f32(1.0 - 0.3397660), f32(0.3397660)),
+                    3: (f32(0.6955562), f32(0.2258003), f32(0.07864345))}
 
 
-def exp2_poly(x: float) -> float:
-    """common/softmax_p8.cuh exp2_poly in float32: clamp, floor by the round-down add of 1.5 2^23,
-    degree-2 polynomial of the fraction, n added to the exponent field."""
+def exp2_poly(x: float, degree: int = 2) -> float:
+    """common/softmax.cuh exp2_poly<degree> in float32: clamp, floor by the round-down add of
+    1.5 2^23, the polynomial of the fraction by Horner (one FFMA per degree, rounded once each), n
+    added to the exponent field."""
     x = max(x, -126.0)
     n = math.floor(x)  # (x + 1.5 2^23 rounded down) - 1.5 2^23: exact, ulp 1 there
     f = f32(x - n)
-    p = f32(f32(f32(EXP2_POLY_C2 * f) + f32(1.0 - EXP2_POLY_C2)) * f + 1.0)  # two FFMA (fused: rounded once each)
+    c = EXP2_POLY_COEFFS[degree]
+    p = c[-1]
+    for a in reversed(c[:-1]):
+        p = f32(p * f + a)
+    p = f32(p * f + 1.0)
     return f32(p * 2.0 ** n)
 
 
@@ -395,10 +402,12 @@ def main() -> int:
         print(f"{variant}: worst rel L2 {rel:.4f} vs dequantized reference ({case}); worst end-to-end {rel2:.4f}")
     # exp2_poly itself against 2^x over the range the kernel feeds it.
     xs = [-30 + i / 997 for i in range(40 * 997)]
-    poly_err = max(abs(exp2_poly(x) / 2.0 ** x - 1) for x in xs)
-    print(f"exp2_poly: largest relative error {poly_err:.2e} on [-30, 10]")
-    if poly_err > 3e-3 or exp2_poly(-INF) > 2.0 ** -125:
-        errors.append(f"exp2_poly: relative error {poly_err} (bound 3e-3) or -inf not tiny")
+    # Degree 2 feeds e4m3 P (half step 2^-4), degree 3 16-bit P (sdpa_fwd_wgmma; fp16's 2^-11).
+    for degree, bound in ((2, 3e-3), (3, 1.2e-4)):
+        poly_err = max(abs(exp2_poly(x, degree) / 2.0 ** x - 1) for x in xs)
+        print(f"exp2_poly<{degree}>: largest relative error {poly_err:.2e} on [-30, 10]")
+        if poly_err > bound or exp2_poly(-INF, degree) > 2.0 ** -125:
+            errors.append(f"exp2_poly<{degree}>: relative error {poly_err} (bound {bound}) or -inf not tiny")
     errors += att_errors
     for e in errors[:20]:
         print("MISMATCH", e)

@@ -22,6 +22,36 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// 2^x for x <= 2^7 on the FMA pipes instead of MUFU.EX2 (FlashAttention-4's software exp2, for
+// the part of a tile's exponentials that EXP2_POLY_EVERY moves off the MUFU unit): x clamped at
+// -126 (so -inf and the masked scores give 2^-126, which P's 16-bit and 8-bit types round to 0),
+// n = floor(x) by a round-down add of 1.5 2^23 (its low mantissa bits are then n), f = x - n in
+// [0, 1), 2^f by a polynomial exact at f = 0 and 1 (Horner, one FFMA per degree), and n added
+// to the exponent field by an integer multiply-add. Largest relative error on [0, 1) (coefficients
+// fitted for the smallest, bench/kernel/desk_check_fp8.py checks degree 2): degree 2 2.7e-3,
+// under e4m3's 2^-4 half step; degree 3 1.1e-4, under fp16's 2^-11.
+template <int DEGREE>
+__device__ __forceinline__ float exp2_poly(float x) {
+    static_assert(DEGREE == 2 || DEGREE == 3, "exp2_poly: degree 2 (e4m3 P) or 3 (16-bit P)");
+    x = fmaxf(x, -126.f);
+    const float shifted = __fadd_rd(x, 12582912.f);
+    const float f = x - (shifted - 12582912.f);
+    float p;
+    if constexpr (DEGREE == 2) {
+        p = fmaf(fmaf(0.3397660f, f, 1.f - 0.3397660f), f, 1.f);
+    } else {
+        p = fmaf(fmaf(fmaf(0.07864345f, f, 0.2258003f), f, 0.6955562f), f, 1.f);
+    }
+    return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
+// Whether the exponentials of 8-column block j come from exp2_poly: every EVERY-th block
+// (j % EVERY == EVERY - 1); none for EVERY = 0.
+template <int EVERY>
+__device__ __forceinline__ constexpr bool exp2_by_poly(int j) {
+    return EVERY > 0 && j % (EVERY > 0 ? EVERY : 1) == EVERY - 1;
+}
+
 // The value of x, which the compiler cannot see through (no strength reduction across it).
 __device__ __forceinline__ int opaque(int x) {
     int y;
@@ -78,7 +108,9 @@ struct LogitScale {
 // exactly 1 and p = 2^(x - m) stays at most 2^LAZY_LOG2. The result is the same (O and the sum
 // use the same m); a warp whose rows all kept m can skip rescaling O (step returns whether any
 // of this thread's rows moved). Not for P rounded to FP8 as 448 p (needs p <= 1).
-template <int NB, int LAZY_LOG2 = 0>
+// EXP2_POLY_EVERY > 0: every EXP2_POLY_EVERY-th 8-column block's exponentials by exp2_poly<3>
+// (FMA pipes; at head dim 64 the MUFU unit's exponentials take as long as the tile's MMAs).
+template <int NB, int LAZY_LOG2 = 0, int EXP2_POLY_EVERY = 0>
 struct OnlineSoftmax {
     float row_max[2];  // running maximum of x (LAZY_LOG2: the one used), -inf before any visible key
     float row_sum[2];  // this thread's share of the running sum (quad-reduced by finish)
@@ -135,7 +167,8 @@ struct OnlineSoftmax {
         for (int j = 0; j < NB; ++j) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const float p = fast_exp2(fmaf(at(j, r), sc.c, -ref[r >> 1]));
+                const float x = fmaf(at(j, r), sc.c, -ref[r >> 1]);
+                const float p = exp2_by_poly<EXP2_POLY_EVERY>(j) ? exp2_poly<3>(x) : fast_exp2(x);
                 at(j, r) = p;
                 if constexpr (SUM) tile_sum[r >> 1] += p;
             }

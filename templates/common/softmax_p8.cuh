@@ -10,7 +10,7 @@
 // The price is e4m3's subnormal floor (2^-10, values below round to 0) rising by 2^LAZY_LOG2
 // relative to the row's largest weight: keep LAZY_LOG2 small (sdpa_fwd_fp8_ws uses 2).
 // EXP2_POLY_EVERY > 0: every EXP2_POLY_EVERY-th 8-column block of the tile (j % EVERY == EVERY
-// - 1) takes its exponentials from exp2_poly (FMA pipes) instead of MUFU.EX2.
+// - 1) takes its exponentials from exp2_poly<2> (common/softmax.cuh; FMA pipes) instead of MUFU.EX2.
 // The row sum: SUM true adds the unrounded p (in units of 1/448 of the weights; the epilogue's
 // division takes the unit out), as FlashAttention-3 does; SUM false leaves it to the caller
 // (e.g. the weights rounded to e4m3, add_weights).
@@ -19,23 +19,6 @@ namespace evo {
 
 // log2(448): p = 2^(x - m + LOG2_448).
 __device__ __forceinline__ float log2_448() { return 8.807354922057604f; }
-
-// exp2_poly's 2^f ~ 1 + (1 - C2) f + C2 f^2 on [0, 1) (bench/kernel/desk_check_fp8.py fits C2
-// for the smallest largest relative error).
-#define EXP2_POLY_C2 0.3397660f
-
-// 2^x for x <= 2^7 on the FMA pipes (FlashAttention-4's software exp2): x clamped at -126 (so
-// -inf and the masked scores give 2^-126, which e4m3 rounds to 0), n = floor(x) by a round-down
-// add of 1.5 2^23 (its low mantissa bits are then n), f = x - n in [0, 1), 2^f by a degree-2
-// polynomial exact at f = 0 and 1 (relative error below 2.7e-3, under e4m3's 2^-4 half step),
-// and n added to the exponent field by an integer multiply-add.
-__device__ __forceinline__ float exp2_poly(float x) {
-    x = fmaxf(x, -126.f);
-    const float shifted = __fadd_rd(x, 12582912.f);
-    const float f = x - (shifted - 12582912.f);
-    const float p = fmaf(fmaf(EXP2_POLY_C2, f, 1.f - EXP2_POLY_C2), f, 1.f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
 
 template <int NB, int LAZY_LOG2 = 0, int EXP2_POLY_EVERY = 0>
 struct OnlineSoftmaxP8 : OnlineSoftmax<NB, 0> {
@@ -89,8 +72,7 @@ struct OnlineSoftmaxP8 : OnlineSoftmax<NB, 0> {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const float x = fmaf(at(j, r), sc.c, -ref[r >> 1]);
-                const bool poly = EXP2_POLY_EVERY > 0 && j % (EXP2_POLY_EVERY > 0 ? EXP2_POLY_EVERY : 1) == EXP2_POLY_EVERY - 1;
-                const float p = poly ? exp2_poly(x) : fast_exp2(x);
+                const float p = exp2_by_poly<EXP2_POLY_EVERY>(j) ? exp2_poly<2>(x) : fast_exp2(x);
                 at(j, r) = p;
                 if constexpr (SUM) tile_sum[r >> 1] += p;
             }

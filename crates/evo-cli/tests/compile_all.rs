@@ -286,6 +286,8 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
                 "CONSUMER_WG=1,SCHEDULER=persistent",
                 "CONSUMER_WG=3,SCHEDULER=persistent",
                 "PINGPONG=on,SCHEDULER=persistent",
+                "EXP2_POLY=eighth",
+                "EXP2_POLY=quarter",
             ] {
                 let hit = reports.iter().any(|r| {
                     let g = r["genome"].as_str().unwrap();

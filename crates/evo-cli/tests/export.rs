@@ -1154,7 +1154,7 @@ fn genome_run(db: &Path, r: &OneGenome) {
 }
 
 /// A genome of the split-KV Hopper family: two kernels, tensor maps and two scratch buffers.
-const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+const SPLIT: &str = "BLOCK_N=64,CONSUMER_WG=1,EXP2_POLY=off,KV_SPLITS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=false,STAGES=3,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A variant of several kernels with scratch exports: both launches in order with their
 /// arguments, the scratch buffers with their lengths, the Python plan's launches and
@@ -1255,7 +1255,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
 
 /// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
 const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+    "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
 /// tensor maps) exports: the manifest names every argument, the Python binding encodes
@@ -1445,15 +1445,17 @@ fn export_of_an_end_to_end_fp8_variant_with_maps_over_scratch() {
     assert!(stdout.contains("manifest: consistent"), "{stdout}");
 }
 
-/// A run recorded before SCHEDULER existed: its genome names no SCHEDULER. The family's
-/// `[defaults] SCHEDULER = "grid"` completes it: `evo export` freezes the completed genome
+/// A run recorded before SCHEDULER and EXP2_POLY existed: its genome names neither. The
+/// family's `[defaults]` (SCHEDULER = "grid", EXP2_POLY = "off") complete it: `evo export` freezes the completed genome
 /// (the manifest's genome and hash are W's, the source is W's), the stored row is still
 /// found by its stored hash, `evo render -g` takes the old text, and the artifact verifies.
 #[test]
 fn export_of_a_run_recorded_before_a_knob_existed() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("population.db");
-    let old = W.replace("SCHEDULER=grid,", "");
+    let old = W
+        .replace("SCHEDULER=grid,", "")
+        .replace("EXP2_POLY=off,", "");
     assert_ne!(old, W);
     one_genome_run(
         &db,
@@ -1771,7 +1773,8 @@ fn per_shape_export_over_two_runs_of_two_families() {
     fixture(&db);
     let quick =
         f16_only(&std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap());
-    assert_eq!(quick.matches("[[shapes]]").count(), 6, "{quick}");
+    assert_eq!(quick.matches("[[shapes]]").count(), 12, "{quick}");
+    // In the config's order; night is faster at the non-causal 512-token shapes.
     let hopper = [
         (sdpa_shape(2, 8, 2048, 64, false), 5.0),
         (sdpa_shape(4, 16, 4096, 128, false), 900.0),
@@ -1779,6 +1782,12 @@ fn per_shape_export_over_two_runs_of_two_families() {
         (sdpa_shape(4, 16, 4096, 128, true), 600.0),
         (sdpa_shape(4, 8, 2048, 64, false), 70.0),
         (sdpa_shape(4, 8, 2048, 64, true), 60.0),
+        (sdpa_shape(1, 8, 512, 64, false), 1000.0),
+        (sdpa_shape(1, 8, 512, 64, true), 7.0),
+        (sdpa_shape(2, 8, 512, 64, false), 1000.0),
+        (sdpa_shape(2, 8, 512, 64, true), 8.0),
+        (sdpa_shape(2, 8, 512, 128, false), 1000.0),
+        (sdpa_shape(2, 8, 512, 128, true), 9.0),
     ];
     genome_run(
         &db,
@@ -1839,6 +1848,9 @@ fn per_shape_export_over_two_runs_of_two_families() {
         format!("f16_hd64_causal_{w}"),
         format!("f16_hd128_causal_{w}"),
         format!("f16_hd64_causal_{w}"),
+        format!("f16_hd64_causal_{w}"),
+        format!("f16_hd64_causal_{w}"),
+        format!("f16_hd128_causal_{w}"),
     ];
     let table: Vec<&str> = m["dispatch"]["table"]
         .as_array()

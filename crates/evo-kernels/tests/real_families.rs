@@ -405,8 +405,9 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     // three TMA-fed consumers, without ping-pong or with STAGES not a multiple of CONSUMER_WG:
     // 606 genomes of each RESCALE with rows, 120 with keys, all with SCHEDULER grid; and 678
     // persistent ones (TMA-fed rows genomes only: the grid ones with WARP_SPEC, LOADER tma and
-    // WG_SPLIT rows).
-    assert_eq!(count, 2130);
+    // WG_SPLIT rows). EXP2_POLY eighth and quarter add two copies of the 1596 of them with one or
+    // two consumers; EPILOGUE smem a copy of the 3660 grid ones.
+    assert_eq!(count, 8982);
     assert_eq!(
         sources.len(),
         count,
@@ -491,10 +492,11 @@ fn wgmma_scheduler_launches_and_renders() {
     assert!(grid > 0 && persistent > 0, "{grid} {persistent}");
 }
 
-/// Genomes recorded before SCHEDULER existed (stored runs, seeds, manifests) name no
-/// SCHEDULER: `[defaults] SCHEDULER = "grid"` completes them, so they render exactly the
-/// source of SCHEDULER=grid (header included: the completed genome is the genome), in the
-/// Hopper family and its split-KV family (which inherits the default).
+/// Genomes recorded before SCHEDULER and EXP2_POLY existed (stored runs, seeds, manifests)
+/// name neither: `[defaults]` SCHEDULER = "grid" and EXP2_POLY = "off" complete them, so they
+/// render exactly the source of SCHEDULER=grid,EXP2_POLY=off (header included: the completed
+/// genome is the genome), in the Hopper family and its split-KV family (which inherits the
+/// defaults).
 #[test]
 fn wgmma_genomes_before_scheduler_render_as_grid() {
     let specs = sdpa_specs();
@@ -506,15 +508,23 @@ fn wgmma_genomes_before_scheduler_render_as_grid() {
             Some(&"grid".into()),
             "{name}"
         );
+        assert_eq!(
+            space.defaults().get("EXP2_POLY"),
+            Some(&"off".into()),
+            "{name}"
+        );
         let mut checked = 0;
         for g in space
             .iter_valid()
-            .filter(|g| g.get("SCHEDULER") == Some(&"grid".into()))
+            .filter(|g| {
+                g.get("SCHEDULER") == Some(&"grid".into())
+                    && g.get("EXP2_POLY") == Some(&"off".into())
+            })
             .step_by(11)
         {
             let old: Genome = g
                 .iter()
-                .filter(|(k, _)| *k != "SCHEDULER")
+                .filter(|(k, _)| *k != "SCHEDULER" && *k != "EXP2_POLY")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert!(matches!(
@@ -883,7 +893,7 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
     let specs = sdpa_specs();
     for (base_name, name, genomes) in [
         ("sdpa_fwd_mma", "sdpa_fwd_mma_splitkv", 2400),
-        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 4356),
+        ("sdpa_fwd_wgmma", "sdpa_fwd_wgmma_splitkv", 10980),
     ] {
         let base = Family::load(&templates(), "sdpa_fwd", base_name).unwrap();
         let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
