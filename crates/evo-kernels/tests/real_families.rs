@@ -406,8 +406,8 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     // 606 genomes of each RESCALE with rows, 120 with keys, all with SCHEDULER grid; and 678
     // persistent ones (TMA-fed rows genomes only: the grid ones with WARP_SPEC, LOADER tma and
     // WG_SPLIT rows). EXP2_POLY eighth and quarter add two copies of the 1596 of them with one or
-    // two consumers; EPILOGUE smem a copy of the 3660 grid ones.
-    assert_eq!(count, 8982);
+    // two consumers.
+    assert_eq!(count, 5322);
     assert_eq!(
         sources.len(),
         count,
