@@ -73,6 +73,11 @@ class Arguments(unittest.TestCase):
 
 
 class Table(unittest.TestCase):
+    def test_a_genome_named_without_a_knob_at_its_default_is_the_completed_genome(self):
+        # evo eval reports EXP2_POLY=off, which kernel_ab_genomes.txt does not write out.
+        self.assertEqual(tab.canonical("STAGES=2,EXP2_POLY=off,BLOCK_N=128"), tab.canonical("BLOCK_N=128,STAGES=2"))
+        self.assertNotEqual(tab.canonical("BLOCK_N=128,EXP2_POLY=quarter"), tab.canonical("BLOCK_N=128"))
+
     def run_table(self, *evals, torch=DATA / "torch.json"):
         args = ["--genomes", str(HERE / "kernel_ab_genomes.txt"), "--torch", str(torch)]
         for e in evals:
