@@ -58,6 +58,19 @@ fn arch() -> Option<String> {
 }
 
 /// A family of problem sdpa_fwd_fp8_e2e specialized for one shape on `arch`.
+/// `source` compiled for `arch` (NVRTC, C++17); its CUBIN.
+fn compile_cubin(arch: &str, name: &str, source: String) -> Vec<u8> {
+    let compiler = Compiler::new(arch, &["-std=c++17".into()], 0, None).unwrap();
+    let compiled = compiler
+        .compile(&CompileRequest {
+            name: name.into(),
+            source,
+        })
+        .unwrap();
+    assert!(compiled.success, "{}", compiled.log);
+    compiled.cubin.unwrap()
+}
+
 fn e2e_family(
     name: &str,
     arch: &str,
@@ -161,15 +174,7 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
 #[test]
 fn a_two_kernel_variant_with_scratch_through_the_worker() {
     let Some(arch) = arch() else { return };
-    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
-    let compiled = compiler
-        .compile(&CompileRequest {
-            name: "two_step.cu".into(),
-            source: SOURCE.into(),
-        })
-        .unwrap();
-    assert!(compiled.success, "{}", compiled.log);
-    let cubin = compiled.cubin.unwrap();
+    let cubin = compile_cubin(&arch, "two_step.cu", SOURCE.into());
     let shape = evo_kernels::problem("gemm")
         .unwrap()
         .complete_shape(
@@ -260,20 +265,13 @@ fn fp8_end_to_end_family_through_the_worker() {
     .unwrap();
     let c =
         &evo_eval::pipeline::family_candidates(&family, &space, &specs, &genome, &[]).unwrap()[0];
-    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
-    let compiled = compiler
-        .compile(&CompileRequest {
-            name: "e2e.cu".into(),
-            source: c.source.clone(),
-        })
-        .unwrap();
-    assert!(compiled.success, "{}", compiled.log);
+    let cubin = compile_cubin(&arch, "e2e.cu", c.source.clone());
     let s = &c.shapes[0];
     let make = |id: u64, order: &[usize]| Job {
         id,
         problem: "sdpa_fwd_fp8_e2e".into(),
         label: format!("e2e order {order:?}"),
-        cubin: Cubin(compiled.cubin.clone().unwrap()),
+        cubin: Cubin(cubin.clone()),
         kernels: order.iter().map(|&i| c.kernels[i].clone()).collect(),
         shapes: vec![ShapeJob {
             vars: s.vars.clone(),
@@ -373,14 +371,7 @@ fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
     );
     let genome = space.iter_valid().next().unwrap();
     let source = family.render(&space, &genome, 0).unwrap();
-    let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
-    let compiled = compiler
-        .compile(&CompileRequest {
-            name: "split.cu".into(),
-            source,
-        })
-        .unwrap();
-    assert!(compiled.success, "{}", compiled.log);
+    let cubin = compile_cubin(&arch, "split.cu", source);
 
     // Inputs (fp16): pseudo-random normal-ish values; slice 1 has its maximum in the last,
     // partial chunk; slice 2 is all zeros; slice 3 holds a NaN; slice 4 reaches 60000.
@@ -405,7 +396,7 @@ fn split_quantizer_is_the_one_pass_rule_bit_for_bit() {
     let want = evo_kernels::fp8::quantize(&values, slice_len);
 
     let gpu = Gpu::open(0).unwrap();
-    let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
+    let module = gpu.load_module(&cubin).unwrap();
     let x = gpu.alloc(bytes.len()).unwrap();
     gpu.upload(&x, &bytes).unwrap();
     let chunks = slice_len.div_ceil(chunk);
@@ -562,15 +553,8 @@ fn cluster_quantizer_is_the_one_pass_rule_bit_for_bit() {
             let threads = vars["QUANT_THREADS"].as_int().unwrap() as u32;
             let full_hold = vars["QUANT_HOLD"].as_int().unwrap() as usize;
             let source = family.render_vars(&vars).unwrap();
-            let compiler = Compiler::new(&arch, &["-std=c++17".into()], 0, None).unwrap();
-            let compiled = compiler
-                .compile(&CompileRequest {
-                    name: "cluster.cu".into(),
-                    source,
-                })
-                .unwrap();
-            assert!(compiled.success, "{}", compiled.log);
-            let module = gpu.load_module(compiled.cubin.as_deref().unwrap()).unwrap();
+            let cubin = compile_cubin(&arch, "cluster.cu", source);
+            let module = gpu.load_module(&cubin).unwrap();
             let part = n_q.div_ceil(cluster as usize).div_ceil(8) * 8;
             for hold in [full_hold, 256] {
                 let keep = part.min(hold);
