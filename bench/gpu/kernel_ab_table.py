@@ -10,7 +10,9 @@ backend's under "backends_us"), names the genomes from the A/B genome file, and 
 Also writes the rows as JSON (--json). No GPU needed: it only reads files.
 
 Usage: kernel_ab_table.py --genomes bench/gpu/kernel_ab_genomes.txt --torch torch.json \
-         --eval a.json [--eval b.json ...] [--json summary.json]
+         --eval a.json [--eval b.json ...] [--eval-old c.json ...] [--json summary.json]
+  --eval-old: the same genomes run on the previous templates (evo eval --templates DIR): their
+  rows are "old", named old-NAME after the genome file's new-NAME.
 """
 
 from __future__ import annotations
@@ -84,8 +86,9 @@ def read_torch(path: Path) -> dict[tuple, dict[str, float | None]]:
     return out
 
 
-def read_evals(paths: list[Path], names: dict[str, tuple[str, str]]) -> list[dict]:
-    """One row per (genome, shape) that a verdict reports, or per failed specialization."""
+def read_evals(paths: list[Path], names: dict[str, tuple[str, str]], old: bool = False) -> list[dict]:
+    """One row per (genome, shape) that a verdict reports, or per failed specialization. With
+    `old`, the files ran the genomes on the previous templates: every row is "old"."""
     rows = []
     for path in paths:
         text = path.read_text().strip()
@@ -94,6 +97,8 @@ def read_evals(paths: list[Path], names: dict[str, tuple[str, str]]) -> list[dic
         for gv in json.loads(text):
             genome = canonical(gv["genome"])
             name, templates = names.get(genome, (gv.get("hash", genome)[:8], "?"))
+            if old:
+                name, templates = "old-" + name.removeprefix("new-"), "old"
             for v in gv.get("verdicts", []):
                 result = v.get("result") or {}
                 shapes = result.get("shapes") or []
@@ -195,13 +200,16 @@ def main(argv=None) -> int:
     ap.add_argument("--genomes", type=Path, required=True)
     ap.add_argument("--torch", type=Path, help="scripts/torch_sdpa_baseline.py --out file")
     ap.add_argument("--eval", type=Path, action="append", default=[], help="evo eval --json output")
+    ap.add_argument("--eval-old", type=Path, action="append", default=[],
+                    help="evo eval --json output of the same genomes on the previous templates")
     ap.add_argument("--json", type=Path, help="write the rows and the summary here")
     a = ap.parse_args(argv)
     names = read_genomes(a.genomes)
-    missing = [p for p in a.eval + ([a.torch] if a.torch else []) if not p.is_file()]
+    missing = [p for p in a.eval + a.eval_old + ([a.torch] if a.torch else []) if not p.is_file()]
     for p in missing:
         print(f"note: {p} is missing (its phase did not run or was cut short)", file=sys.stderr)
     rows = read_evals([p for p in a.eval if p.is_file()], names)
+    rows += read_evals([p for p in a.eval_old if p.is_file()], names, old=True)
     torch = read_torch(a.torch) if a.torch and a.torch.is_file() else {}
     summary = build(rows, torch)
     print(show(rows, summary))

@@ -4,14 +4,18 @@
 #  ab:  per config of PROFILE_CONFIGS (default bench/gpu/kernel_ab_hd64.toml: (1|2,8,512,64),
 #       (2|4,8,2048,64), causal and not), PyTorch SDPA (every backend) and the genomes of
 #       PROFILE_GENOMES (default bench/gpu/profile_genomes.txt) valid there, one process each,
-#       CUDA graphs over inputs rotated past L2; table in $OUT/ab_<config>_table.txt.
+#       CUDA graphs over inputs rotated past L2; table in $OUT/ab_<config>_table.txt. With
+#       PROFILE_BASELINE=DIR (templates of an earlier commit, bench/kernel/baseline_templates.sh)
+#       the same genomes also run on those, in the same call: "old" rows and new/old per shape.
 #  gate: every gate but timing (default and edge shapes, adversarial inputs) on the genomes of
 #       PROFILE_GENOMES, with configs/sdpa_wgmma.toml (head dims 64 and 128), causal and not.
 #  ncu: Nsight Compute's full set with per-instruction warp-stall samples on one launch of each
 #       PROFILE_TARGETS entry (NAME@B,H,S,D; NAME from profile_genomes.txt, or "cudnn" for
 #       PyTorch's cuDNN SDPA, its third launch): $OUT/prof_<NAME>_<S>_details.csv (every section)
 #       and _sass.csv (the SASS with its stall samples). evo's kernel runs through
-#       `evo profile` (its launch plan) and `evo run-once`, one process, no worker.
+#       `evo profile` (its launch plan) and `evo run-once`, one process, no worker, with the
+#       family and problem of PROFILE_NCU_CONFIG (default bench/gpu/kernel_ab_hd64.toml; e.g.
+#       bench/gpu/fp8_ab_shapes.toml for the FP8 ws kernel).
 # Everything under $OUT is also packed into $OUT/profile.tgz (the device returns few files).
 # Usage: bench/gpu/profile_full.sh [--phases ab,gate,ncu]
 set -uo pipefail
@@ -21,6 +25,8 @@ EVO=${EVO:-$PWD/.gpu/evo}
 GENOMES=${PROFILE_GENOMES:-bench/gpu/profile_genomes.txt}
 CONFIG=bench/gpu/kernel_ab_hd64.toml
 CONFIGS=${PROFILE_CONFIGS:-$CONFIG}
+NCU_CONFIG=${PROFILE_NCU_CONFIG:-$CONFIG}
+NCU_PROBLEM=$(sed -n 's/^problem *= *"\(.*\)"/\1/p' "$NCU_CONFIG")
 TARGETS=${PROFILE_TARGETS:-01815f20-L@2,8,2048,64 cudnn@2,8,2048,64 4bb93393-L@1,8,512,64 cudnn@1,8,512,64}
 PHASES=ab,ncu
 [ "${1:-}" = --phases ] && PHASES=${2:?--phases needs a list}
@@ -59,9 +65,16 @@ if has_phase ab; then
     tag=$(basename "$cfg" .toml)
     run 150 "$OUT/torch_$tag.txt" python3 scripts/torch_sdpa_baseline.py "$cfg" --out "$OUT/torch_$tag.json"
     valid_genomes "$cfg"
+    # The baseline first: unchanged code ran 0.3-2% faster in the first of two back-to-back
+    # evals (session 15), so a bias of the order goes against the change.
+    old=()
+    if [ -n "${PROFILE_BASELINE:-}" ]; then
+      run 240 "$OUT/ab_${tag}_old.json" "$EVO" --json eval -c "$cfg" --templates "$PROFILE_BASELINE" "${G[@]}"
+      old=(--eval-old "$OUT/ab_${tag}_old.json")
+    fi
     run 240 "$OUT/ab_$tag.json" "$EVO" --json eval -c "$cfg" --templates templates "${G[@]}"
     python3 bench/gpu/kernel_ab_table.py --genomes <(sed 's/#.*//' "$GENOMES" | awk 'NF == 2 {print "new-" $1, "new", "short", $2}') \
-      --torch "$OUT/torch_$tag.json" --eval "$OUT/ab_$tag.json" --json "$OUT/ab_${tag}_summary.json" > "$OUT/ab_${tag}_table.txt" 2>&1
+      --torch "$OUT/torch_$tag.json" --eval "$OUT/ab_$tag.json" "${old[@]}" --json "$OUT/ab_${tag}_summary.json" > "$OUT/ab_${tag}_table.txt" 2>&1
     cat "$OUT/ab_${tag}_table.txt"
   done
 fi
@@ -98,12 +111,12 @@ PY
     else
       genome=$(genome_of "$name")
       [ -n "$genome" ] || { echo "no genome named $name in $GENOMES" | tee -a "$OUT/commands.txt"; continue; }
-      run 60 "$OUT/plan_$tag.json" "$EVO" --json profile -c "$CONFIG" --templates templates -g "$genome" \
+      run 60 "$OUT/plan_$tag.json" "$EVO" --json profile -c "$NCU_CONFIG" --templates templates -g "$genome" \
         --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" --tools ""
       src=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["kernel"])' "$OUT/plan_$tag.json" 2>/dev/null)
       [ -n "$src" ] || { echo "no plan for $tag (see $OUT/plan_$tag.json.err)" | tee -a "$OUT/commands.txt"; continue; }
       run 150 "$OUT/prof_$tag.log" ncu --set full --import-source yes -k regex:sdpa_fwd --launch-count 1 -f -o "$rep" \
-        "$EVO" run-once --problem sdpa_fwd --source "$src" --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" \
+        "$EVO" run-once --problem "$NCU_PROBLEM" --source "$src" --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" \
         --plan "${src%.cu}.plan.json"
     fi
     [ -f "$rep.ncu-rep" ] || continue

@@ -108,6 +108,25 @@ class Table(unittest.TestCase):
         # A shape only PyTorch ran shows dashes, not an error.
         self.assertRegex(text, r"\(1,8,512,64\) +10\.00 -")
 
+    def test_eval_old_runs_the_same_genomes_as_old(self):
+        # The new eval file run again on the previous templates: the same genomes, now "old".
+        with tempfile.TemporaryDirectory() as d:
+            slower = json.loads((DATA / "eval_new_d128.json").read_text())
+            for gv in slower:
+                for v in gv.get("verdicts", []):
+                    for s in (v.get("result") or {}).get("shapes") or []:
+                        s["timing"]["median_us"] *= 2
+            old = Path(d) / "old.json"
+            old.write_text(json.dumps(slower))
+            args = ["--genomes", str(HERE / "kernel_ab_genomes.txt"), "--torch", str(DATA / "torch.json"),
+                    "--eval", str(DATA / "eval_new_d128.json"), "--eval-old", str(old), "--json", str(Path(d) / "s.json")]
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(tab.main(args), 0)
+            summary = json.loads((Path(d) / "s.json").read_text())
+        nc = [s for s in summary["shapes"] if s["shape"] == [4, 16, 4096, 4096, 128, False]][0]
+        self.assertEqual((nc["best_old"], nc["best_new"]), ("old-n176-L", "new-n176-L"))
+        self.assertAlmostEqual(nc["new_over_old"], 2.0)
+
     def test_missing_and_empty_eval_files_are_noted_not_fatal(self):
         with tempfile.TemporaryDirectory() as d:
             empty = Path(d) / "empty.json"

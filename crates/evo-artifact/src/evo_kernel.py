@@ -717,22 +717,29 @@ def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     device = q.device
     o = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=device)
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=device) if p.workspace else None
-    b = p.bound or p.bind(device.index)
-    stream = _raw_stream(device.index)
+    _launch(p, device.index, qp, kp, vp, o.data_ptr(), ws.data_ptr() if ws is not None else 0)
+    _counts[0] += 1
+    return o
+
+
+def _launch(p, ordinal, qp, kp, vp, op, wsp):
+    """The plan's kernels on the current stream of device `ordinal`: q, k, v and o at these
+    addresses (contiguous as the plan says, 16-byte aligned), the workspace at wsp."""
+    b = p.bound or p.bind(ordinal)
+    stream = _raw_stream(ordinal)
     d = _driver
     with _lock:
-        b.q.value, b.k.value, b.v.value, b.o.value = qp, kp, vp, o.data_ptr()
-        if ws is not None:
-            base = ws.data_ptr()
+        b.q.value, b.k.value, b.v.value, b.o.value = qp, kp, vp, op
+        if p.workspace:
             for slot, off in b.scratch:
-                slot.value = base + off
+                slot.value = wsp + off
             for m, off in b.scratch_tmaps:
-                m.point(base + off)
+                m.point(wsp + off)
         for m in b.tmaps:
             m.point(qp if m.tensor == "q" else kp if m.tensor == "k" else vp)
         b.stream.value = stream
         d.get_current(_current_ref)
-        pushed = _current.value != b.ctx and d.push(device.index)
+        pushed = _current.value != b.ctx and d.push(ordinal)
         try:
             for kernel, call in b.calls:
                 r = d.launch(*call)
@@ -741,8 +748,30 @@ def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         finally:
             if pushed:
                 d.pop(pushed)
-    _counts[0] += 1
-    return o
+
+
+def kernel_launcher(q, k, v, is_causal=False, scale=None):
+    """The artifact's kernels alone, for benchmarks: a function f(q, k, v) that launches the
+    plan these tensors get (no checks, no allocation, no count) into one output and workspace
+    allocated here, for inputs like these (same dtypes, shapes, strides; contiguous where the
+    plan copies). Raises FallbackError where the kernels do not serve such a call, ArtifactError
+    where a call would copy an input first."""
+    p = plan_of(q, k, v, is_causal, scale)
+    if p.__class__ is _Fallback:
+        raise FallbackError(p.reason, p.detail)
+    if p.copies:
+        raise ArtifactError(f"kernel_launcher: a call copies {', '.join(p.copies)} to contiguous first; "
+                            "pass tensors the kernels read as they are")
+    o = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
+    ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=q.device) if p.workspace else None
+    op, wsp, ordinal = o.data_ptr(), (ws.data_ptr() if ws is not None else 0), q.device.index
+
+    def launch(q, k, v):
+        _launch(p, ordinal, q.data_ptr(), k.data_ptr(), v.data_ptr(), op, wsp)
+        return o
+
+    launch.keep = (o, ws)
+    return launch
 
 
 def _raw_stream(index):

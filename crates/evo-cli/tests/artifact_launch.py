@@ -1,8 +1,9 @@
 """evo_kernel.scaled_dot_product_attention end to end against fake torch and a fake
 libcuda.so.1 (tests/fake_cuda), for crates/evo-cli/tests/export.rs: on each head dim the
 artifact has, two calls of two shapes and a third call of the first shape on new tensors
-(the plan is reused: only pointers change); prints JSON with the shapes and pointers used
-and the output shape, and what a float32 call did (it falls back to PyTorch's SDPA)."""
+(the plan is reused: only pointers change), then kernel_launcher's launches; prints JSON
+with the shapes and pointers used and the output shape, and what a float32 call did (it falls
+back to PyTorch's SDPA)."""
 import json, sys
 
 sys.path.insert(0, sys.argv[1])
@@ -22,6 +23,21 @@ for v in ek.MANIFEST["variants"]:
         calls.append({"shape": [b, h, sq, skv, d], "dtype": v["specialization"]["DTYPE"], "ptrs": [q.data_ptr(), k.data_ptr(), vv.data_ptr(), o.data_ptr()],
                       "out_shape": list(o.shape)})
 before = ek.stats()
+# kernel_launcher (bench.py's kernel-only timing): the first shape's plan, launched on new
+# tensors twice into the launcher's one output; the calls are not counted as served.
+launched = []
+for v in ek.MANIFEST["variants"]:
+    d = v["specialization"]["HEAD_DIM"]
+    causal = v["specialization"]["CAUSAL"]
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[v["specialization"]["DTYPE"]]
+    shapes = [(2, 3, 100, d), (2, 3, 130, d), (2, 3, 130, d)]
+    run = ek.kernel_launcher(*(torch.Tensor(s, dtype) for s in shapes), is_causal=causal)
+    for _ in range(2):
+        q, k, vv = (torch.Tensor(s, dtype) for s in shapes)
+        o = run(q, k, vv)
+        launched.append({"dtype": v["specialization"]["DTYPE"], "ptrs": [q.data_ptr(), k.data_ptr(), vv.data_ptr(), o.data_ptr()]})
+served_after = ek.stats()["evo"]
 ek.attention(torch.Tensor((1, 8, 64, 64), torch.float32), torch.Tensor((1, 8, 64, 64), torch.float32),
              torch.Tensor((1, 8, 64, 64), torch.float32))
-print(json.dumps({"calls": calls, "served": before["evo"], "float32": ek.stats()["fallback"]}))
+print(json.dumps({"calls": calls, "served": before["evo"], "launched": launched, "served_after_launcher": served_after,
+                  "float32": ek.stats()["fallback"]}))

@@ -759,8 +759,10 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
     );
     let launches: Vec<&str> = log.lines().filter(|l| l.starts_with("launch")).collect();
     let calls = report["calls"].as_array().unwrap();
-    assert_eq!(launches.len(), calls.len());
-    // Two plans per variant, each encoding its maps once; the third call re-points them.
+    let launched = report["launched"].as_array().unwrap();
+    assert_eq!(launches.len(), calls.len() + launched.len());
+    // Two plans per variant, each encoding its maps once; the third call re-points them, as
+    // does each of kernel_launcher's two calls (the first shape's plan, new tensors).
     assert_eq!(
         log.matches("tmap aligned").count(),
         2 * tmaps * variants.len(),
@@ -768,9 +770,32 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
     );
     assert_eq!(
         log.matches("replace aligned 1").count(),
-        tmaps * variants.len(),
+        3 * tmaps * variants.len(),
         "{log}"
     );
+    // kernel_launcher: each launch takes its call's q, k, v and the launcher's one output,
+    // and is not counted as served.
+    assert_eq!(report["served_after_launcher"], report["served"]);
+    assert_eq!(launched.len(), 2 * variants.len());
+    for (pair, lines) in launched.chunks(2).zip(launches[calls.len()..].chunks(2)) {
+        for (l, line) in pair.iter().zip(lines) {
+            let ptrs: Vec<String> = l["ptrs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.to_string())
+                .collect();
+            assert!(
+                line.contains(&format!(" args {} ", ptrs.join(" "))),
+                "{line}: {ptrs:?}"
+            );
+        }
+        assert_eq!(
+            pair[0]["ptrs"][3], pair[1]["ptrs"][3],
+            "one output per launcher"
+        );
+        assert_ne!(pair[0]["ptrs"][0], pair[1]["ptrs"][0]);
+    }
     let problem = evo_kernels::problem("sdpa_fwd").unwrap();
     for (n, (line, call)) in launches.iter().zip(calls).enumerate() {
         let dims: Vec<i64> = call["shape"]

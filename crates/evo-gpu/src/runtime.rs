@@ -456,13 +456,10 @@ impl Function {
             A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
             A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
         ] {
-            let mut v = 0;
             // Drivers and GPUs without clusters refuse the query: no compiled cluster.
-            if unsafe { sys::cuFuncGetAttribute(&mut v, a, self.function) }
-                != sys::CUresult::CUDA_SUCCESS
-            {
+            let Ok(v) = self.attribute(a) else {
                 return Ok(());
-            }
+            };
             ctas *= i64::from(v.max(0));
         }
         if ctas <= 8 {
@@ -496,19 +493,21 @@ impl Function {
 
     pub fn attributes(&self) -> Result<FunctionAttributes, CudaError> {
         use sys::CUfunction_attribute as A;
-        let get = |a| {
-            let mut v = 0;
-            check("cuFuncGetAttribute", unsafe {
-                sys::cuFuncGetAttribute(&mut v, a, self.function)
-            })
-            .map(|_| v)
-        };
         Ok(FunctionAttributes {
-            registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
-            static_smem_bytes: get(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
-            local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
-            max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            registers: self.attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_smem_bytes: self.attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            local_bytes: self.attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_threads_per_block: self.attribute(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
         })
+    }
+
+    /// One `cuFuncGetAttribute` value.
+    fn attribute(&self, a: sys::CUfunction_attribute) -> Result<i32, CudaError> {
+        let mut v = 0;
+        check("cuFuncGetAttribute", unsafe {
+            sys::cuFuncGetAttribute(&mut v, a, self.function)
+        })
+        .map(|_| v)
     }
 
     /// Resident blocks per multiprocessor for this block size and dynamic shared memory.
