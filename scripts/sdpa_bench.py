@@ -6,11 +6,14 @@ graph_time: R calls captured in one CUDA graph, each on its own input set, sets 
 so their bytes exceed 2x the L2 size (data from HBM, not cache); warm-up outside the
 capture; the graph replayed `reps` times between CUDA events; median per call, in µs.
 Same method and numbers as ../shared/tools/torch_sdpa_baseline.py (column graph_us).
+graph_times: several calls so, their graphs replayed in turn (compared under one GPU state).
 
 eager_time: what a user's eager code pays per call (Python, dispatch, allocation, launch,
 and the kernel when it is the longer part): a plain loop of calls on one input set, one
-synchronize at its end, wall clock; median of `reps` loops, in µs.
+synchronize at its end, wall clock; median of `reps` loops, in µs. eager_times: several
+calls so, their loops taken in turn.
 """
+import random
 import time
 
 import torch
@@ -38,52 +41,88 @@ def input_sets(B, H, SQ, SKV, D, dtype, l2=None, max_sets=64):
              torch.randn(B, H, SKV, D, device="cuda", dtype=dtype)) for _ in range(nsets)]
 
 
-def graph_time(call, sets, reps=15):
-    """Median µs per call of `call(q, k, v)` over the rotated sets (see the module doc)."""
-    g = torch.cuda.CUDAGraph()
+def graph_times(calls, sets, reps=15):
+    """Median µs per call of each `call(q, k, v)` over the rotated sets (see the module doc),
+    one graph per call, the graphs replayed in turn rep after rep, in a new (seeded) order each
+    rep and each after a read of 2x the L2: every call sees the same clocks and temperature,
+    none inherits another's dirty cache lines (a replay right after the math backend's ran
+    2-6 µs slower at (4,8,2048,64)), so their ratios hold even while the GPU drifts (a long
+    run's clocks fall by 10% and more at 700 W)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for qkv in sets[:3]:
-            call(*qkv)  # warm-up and lazy init (module loads, workspace) outside the capture
+        for call in calls:
+            for qkv in sets[:3]:
+                call(*qkv)  # warm-up and lazy init (module loads, workspace) outside the capture
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    with torch.cuda.graph(g):
-        for qkv in sets:
-            call(*qkv)
-    g.replay()
+    graphs = []
+    for call in calls:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for qkv in sets:
+                call(*qkv)
+        g.replay()
+        graphs.append(g)
     torch.cuda.synchronize()
-    ts = []
+    flush = torch.empty(2 * l2_bytes() // 4, dtype=torch.float32, device="cuda")
+    order, rng = list(range(len(calls))), random.Random(0)
+    ts = [[] for _ in calls]
     for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record(); b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / len(sets))
-    ts.sort()
-    return ts[len(ts) // 2]
+        rng.shuffle(order)
+        for i in order:
+            flush.sum()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); graphs[i].replay(); b.record(); b.synchronize()
+            ts[i].append(a.elapsed_time(b) * 1e3 / len(sets))
+    return [sorted(t)[len(t) // 2] for t in ts]
+
+
+def graph_time(call, sets, reps=15):
+    """graph_times of one call."""
+    return graph_times([call], sets, reps)[0]
+
+
+def eager_times(calls, q, k, v, iters=None, reps=5, target_ms=40.0, loops=None):
+    """Median µs per call of each `call(q, k, v)` in a plain Python loop (see the module doc),
+    the calls' loops taken in turn rep after rep, each rep starting one call later (the host's
+    state, e.g. its clocks, moves between loops: each call sees the same). Per call `iters`
+    calls per loop, by default as many as fill about `target_ms` (10 to 200). With `loops` (a
+    list of lists, one per call), each loop's µs per call is appended to its call's list in
+    the order run."""
+    counts = []
+    for call in calls:
+        for _ in range(3):
+            call(q, k, v)  # warm-up and lazy init
+        torch.cuda.synchronize()
+        n = iters
+        if n is None:
+            t = time.perf_counter()
+            for _ in range(5):
+                call(q, k, v)
+            torch.cuda.synchronize()
+            per_call_ms = (time.perf_counter() - t) * 1e3 / 5
+            n = int(min(200, max(10, target_ms / max(per_call_ms, 1e-3))))
+        counts.append(n)
+    ts = [[] for _ in calls]
+    for r in range(reps):
+        for i in range(len(calls)):
+            j = (r + i) % len(calls)
+            call, n, t = calls[j], counts[j], ts[j]
+            start = time.perf_counter()
+            for _ in range(n):
+                call(q, k, v)
+            torch.cuda.synchronize()
+            t.append((time.perf_counter() - start) * 1e6 / n)
+    if loops is not None:
+        for mine, t in zip(loops, ts):
+            mine.extend(t)
+    return [sorted(t)[len(t) // 2] for t in ts]
 
 
 def eager_time(call, q, k, v, iters=None, reps=5, target_ms=40.0):
-    """Median µs per call of `call(q, k, v)` in a plain Python loop (see the module doc):
-    `iters` calls per loop, by default as many as fill about `target_ms` (10 to 200)."""
-    for _ in range(3):
-        call(q, k, v)  # warm-up and lazy init
-    torch.cuda.synchronize()
-    if iters is None:
-        t = time.perf_counter()
-        for _ in range(5):
-            call(q, k, v)
-        torch.cuda.synchronize()
-        per_call_ms = (time.perf_counter() - t) * 1e3 / 5
-        iters = int(min(200, max(10, target_ms / max(per_call_ms, 1e-3))))
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(iters):
-            call(q, k, v)
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t) * 1e6 / iters)
-    ts.sort()
-    return ts[len(ts) // 2]
+    """eager_times of one call."""
+    return eager_times([call], q, k, v, iters, reps, target_ms)[0]
 
 
 def sdpa_call(backend, causal, scale=None):

@@ -30,8 +30,16 @@ def once(call, q, k, v):
     return (time.perf_counter() - t) * 1e6
 
 
+def eager_times(calls, q, k, v, loops=None, **kw):
+    ts = [once(c, q, k, v) for c in calls]
+    for mine, t in zip(loops or [], ts):
+        mine.append(t)
+    return ts
+
+
 sb.input_sets = input_sets
-sb.eager_time = lambda call, q, k, v, **kw: once(call, q, k, v)
+sb.eager_times = eager_times
+sb.graph_times = lambda calls, sets, reps=15: [once(c, *sets[0]) for c in calls]
 sb.graph_time = lambda call, sets, reps=15: once(call, *sets[0])
 sys.argv = [art + "/bench.py", "--shapes", "1,2,64,64,64", "2,2,96,128,128", "--math-limit", "20000",
             "--out", "/dev/null"]

@@ -13,9 +13,12 @@ Cases: the manifest's timed shapes (or --shapes) x the dtypes the artifact has k
     eager code pays per call), median of 5 loops;
   * graph: many calls captured in one CUDA graph over input sets rotated past 2x the L2
     size, CUDA events, median of --reps replays (the kernels' time without launch costs);
-for evo (its function, and through its torch op: what the dispatcher adds) and each
-backend: flash, efficient, cudnn, math (where its score matrices stay under --math-limit
-elements) and default (PyTorch's choice). The timing is scripts/sdpa_bench.py of the evo
+for evo (its function, and through its torch op: what the dispatcher adds), evo's kernels
+alone (graph; evo_kernel.kernel_launcher) and each backend: flash, efficient, cudnn, math
+(where its score matrices stay under --math-limit elements) and default (PyTorch's choice).
+Within a case the loops of all of them are taken in turn, and so are the graphs' replays
+(sdpa_bench.eager_times, graph_times): each ratio compares one host and GPU state (a long
+run's clocks drift by 10% and more; the host's speed moves between loops). The timing is scripts/sdpa_bench.py of the evo
 repository (copied here as sdpa_bench.py), the method of evo's own timing gate.
 
 Prints two tables with each backend's time over evo's (above 1: evo is faster), evo's
@@ -34,7 +37,7 @@ from torch.nn.attention import SDPBackend
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import evo_kernel  # noqa: E402  (the artifact's binding)
-from sdpa_bench import BACKENDS, DTYPES, eager_time, graph_time, input_sets, l2_bytes, reference, sdpa_call  # noqa: E402
+from sdpa_bench import BACKENDS, DTYPES, eager_times, graph_time, graph_times, input_sets, l2_bytes, reference, sdpa_call  # noqa: E402
 
 ap = argparse.ArgumentParser(description="evo artifact vs PyTorch SDPA backends")
 ap.add_argument("--shapes", nargs="*", help="B,H,SQ,SKV,D (default: the manifest's timed shapes)")
@@ -108,23 +111,52 @@ for (B, H, SQ, SKV, D), dt, causal in cases:
     row["max_abs_err"] = float(d.abs().max())
     del ref, d, o
 
-    def time_both(call):
-        return {"eager_us": eager_time(call, q, k, v), "graph_us": graph_time(call, sets, args.reps)}
-
-    row["evo"] = time_both(lambda q, k, v: evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    # Every timing of a case interleaved (sdpa_bench.eager_times, graph_times): evo, its torch
+    # op, its kernels alone and each backend see the same host and GPU state.
+    evo_call = lambda q, k, v: evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    eager_calls, graph_calls = {"evo": evo_call}, {"evo": evo_call}
     if evo_kernel._op is not None:
-        row["evo_op"] = {"eager_us": eager_time(lambda q, k, v: evo_kernel._op(q, k, v, None, 0.0, causal, None, False), q, k, v)}
-    row["manifest_us"] = own.get((B, H, SQ, SKV, D, dt, causal, variant)) if same_gpu else None
-    # The kernels alone (no dispatch, no allocation) in the same kind of graph, this process.
-    row["kernel_us"] = graph_time(evo_kernel.kernel_launcher(q, k, v, is_causal=causal), sets, args.reps) if variant else None
+        eager_calls["evo_op"] = lambda q, k, v: evo_kernel._op(q, k, v, None, 0.0, causal, None, False)
+    if variant:
+        # The kernels alone (no dispatch, no allocation) in the same kind of graph, each input
+        # set with its own output (as evo's timing gate: no launch meets an earlier one's).
+        launch = evo_kernel.kernel_launcher(q, k, v, is_causal=causal)
+        outs = {s[0].data_ptr(): torch.empty_like(s[0]) for s in sets}
+        graph_calls["kernel"] = lambda q, k, v: launch(q, k, v, outs[q.data_ptr()])
     for name, be in backends.items():
         if name == "math" and score_elems > args.math_limit:
             row[name] = {"error": f"not timed: {score_elems} score elements > --math-limit"}
             continue
+        call = sdpa_call(be, causal)
         try:
-            row[name] = time_both(sdpa_call(be, causal))
+            call(q, k, v)
+            torch.cuda.synchronize()
         except Exception as e:  # a backend that does not support the shape, dtype or GPU
             row[name] = {"error": (str(e).splitlines() or [type(e).__name__])[0][:100]}
+            continue
+        eager_calls[name] = graph_calls[name] = call
+    loops = [[] for _ in eager_calls]
+    eager = dict(zip(eager_calls, zip(eager_times(list(eager_calls.values()), q, k, v, loops=loops), loops)))
+    try:
+        graph = dict(zip(graph_calls, graph_times(list(graph_calls.values()), sets, args.reps)))
+    except Exception:  # one call that cannot be captured: the others one at a time
+        graph = {}
+        for name, call in graph_calls.items():
+            try:
+                graph[name] = graph_time(call, sets, args.reps)
+            except Exception as e:
+                graph[name] = e
+    for name, (us, per_loop) in eager.items():
+        row[name] = {"eager_us": us, "eager_loops_us": per_loop}
+        if name in graph:
+            if isinstance(graph[name], Exception):
+                row[name] = {"error": "CUDA graph: " + (str(graph[name]).splitlines() or [type(graph[name]).__name__])[0][:90]}
+            else:
+                row[name]["graph_us"] = graph[name]
+    if isinstance(graph.get("evo"), Exception):
+        raise graph["evo"]
+    k_us = graph.get("kernel")
+    row["kernel_us"] = k_us if isinstance(k_us, float) else None
     rows.append(row)
     print(f"  {label}: {row['path']}{' ' + variant if variant else ''}, rel L2 {row['rel_l2']:.1e}, "
           f"evo eager {row['evo']['eager_us']:.1f} us, graph {row['evo']['graph_us']:.2f} us", flush=True)
@@ -169,7 +201,8 @@ for r in rows:
 # kernels; in a CUDA graph, no more than 1 µs over the kernel's own time.
 served = [r for r in rows if r["path"] == "evo"]
 slower = [r["label"] for r in served if "error" not in r["default"] and r["evo"]["eager_us"] > r["default"]["eager_us"]]
-over = [r["label"] for r in served if r["kernel_us"] is not None and r["evo"]["graph_us"] > r["kernel_us"] + 1.0]
+over = [f"{r['label']} (+{r['evo']['graph_us'] - r['kernel_us']:.2f} us)" for r in served
+        if r["kernel_us"] is not None and r["evo"]["graph_us"] > r["kernel_us"] + 1.0]
 compared = [r for r in served if r["kernel_us"] is not None]
 bad = [r["label"] for r in served if not r["rel_l2"] < 1e-2]
 print()
@@ -181,8 +214,8 @@ print(f"graph, evo <= kernel's own time + 1 us: " + ("n/a (no case served by evo
 print(f"correctness, rel L2 < 1e-2 where evo runs its kernels: {'yes' if not bad else 'NO: ' + '; '.join(bad)}")
 json.dump({"format": "evo-artifact-bench-1", "artifact": HERE, "device": dev, "manifest_device": m["device"],
            "torch": torch.__version__, "op": evo_kernel.OP,
-           "method": {"eager": "plain loop of calls on one input set, one synchronize, median of 5 loops (sdpa_bench.eager_time)",
-                      "graph": "CUDA graph over input sets rotated past 2x L2, CUDA events, median (sdpa_bench.graph_time)"},
+           "method": {"eager": "plain loop of calls on one input set, one synchronize, median of 5 loops, the calls' loops in turn (sdpa_bench.eager_times)",
+                      "graph": "CUDA graph over input sets rotated past 2x L2, CUDA events, median, the calls' graphs replayed in turn (sdpa_bench.graph_times)"},
            "rows": rows, "eager_slower": slower, "graph_over": over, "incorrect": bad},
           open(args.out, "w"), indent=1)
 print(f"wrote {args.out}")

@@ -38,7 +38,8 @@ cost to every call (bench.py times both); under torch.compile it goes through th
 
 register_transformers() makes it Hugging Face transformers' attn_implementation="evo".
 attention(q, k, v, causal=False, scale=None) is a short alias. plan() computes a call's
-launches without a GPU or torch (tests read it).
+launches without a GPU or torch (tests read it). kernel_launcher(q, k, v, is_causal, scale)
+returns the plan's launches alone, for benchmarks (bench.py's kernel time).
 """
 import ast
 import ctypes
@@ -751,11 +752,11 @@ def _launch(p, ordinal, qp, kp, vp, op, wsp):
 
 
 def kernel_launcher(q, k, v, is_causal=False, scale=None):
-    """The artifact's kernels alone, for benchmarks: a function f(q, k, v) that launches the
-    plan these tensors get (no checks, no allocation, no count) into one output and workspace
-    allocated here, for inputs like these (same dtypes, shapes, strides; contiguous where the
-    plan copies). Raises FallbackError where the kernels do not serve such a call, ArtifactError
-    where a call would copy an input first."""
+    """The artifact's kernels alone, for benchmarks: a function f(q, k, v, o=None) that
+    launches the plan these tensors get (no checks, no allocation, no count) for inputs like
+    these (same dtypes, shapes, strides), into `o` (contiguous, q's shape and dtype) or else one
+    output allocated here, with one workspace allocated here. Raises FallbackError where the
+    kernels do not serve such a call, ArtifactError where a call would copy an input first."""
     p = plan_of(q, k, v, is_causal, scale)
     if p.__class__ is _Fallback:
         raise FallbackError(p.reason, p.detail)
@@ -766,9 +767,9 @@ def kernel_launcher(q, k, v, is_causal=False, scale=None):
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=q.device) if p.workspace else None
     op, wsp, ordinal = o.data_ptr(), (ws.data_ptr() if ws is not None else 0), q.device.index
 
-    def launch(q, k, v):
-        _launch(p, ordinal, q.data_ptr(), k.data_ptr(), v.data_ptr(), op, wsp)
-        return o
+    def launch(q, k, v, o=None):
+        _launch(p, ordinal, q.data_ptr(), k.data_ptr(), v.data_ptr(), op if o is None else o.data_ptr(), wsp)
+        return launch.keep[0] if o is None else o
 
     launch.keep = (o, ws)
     return launch

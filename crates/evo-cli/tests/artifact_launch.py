@@ -24,7 +24,8 @@ for v in ek.MANIFEST["variants"]:
                       "out_shape": list(o.shape)})
 before = ek.stats()
 # kernel_launcher (bench.py's kernel-only timing): the first shape's plan, launched on new
-# tensors twice into the launcher's one output; the calls are not counted as served.
+# tensors twice into the launcher's one output, then into a given one; the calls are not
+# counted as served.
 launched = []
 for v in ek.MANIFEST["variants"]:
     d = v["specialization"]["HEAD_DIM"]
@@ -32,10 +33,11 @@ for v in ek.MANIFEST["variants"]:
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[v["specialization"]["DTYPE"]]
     shapes = [(2, 3, 100, d), (2, 3, 130, d), (2, 3, 130, d)]
     run = ek.kernel_launcher(*(torch.Tensor(s, dtype) for s in shapes), is_causal=causal)
-    for _ in range(2):
+    for given in (None, None, torch.Tensor(shapes[0], dtype)):
         q, k, vv = (torch.Tensor(s, dtype) for s in shapes)
-        o = run(q, k, vv)
-        launched.append({"dtype": v["specialization"]["DTYPE"], "ptrs": [q.data_ptr(), k.data_ptr(), vv.data_ptr(), o.data_ptr()]})
+        o = run(q, k, vv, given)
+        launched.append({"dtype": v["specialization"]["DTYPE"], "ptrs": [q.data_ptr(), k.data_ptr(), vv.data_ptr(), o.data_ptr()],
+                         "given": given.data_ptr() if given is not None else None})
 served_after = ek.stats()["evo"]
 ek.attention(torch.Tensor((1, 8, 64, 64), torch.float32), torch.Tensor((1, 8, 64, 64), torch.float32),
              torch.Tensor((1, 8, 64, 64), torch.float32))

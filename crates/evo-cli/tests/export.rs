@@ -770,14 +770,16 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
     );
     assert_eq!(
         log.matches("replace aligned 1").count(),
-        3 * tmaps * variants.len(),
+        4 * tmaps * variants.len(),
         "{log}"
     );
-    // kernel_launcher: each launch takes its call's q, k, v and the launcher's one output,
-    // and is not counted as served.
+    // kernel_launcher: each launch takes its call's q, k, v and the launcher's one output (the
+    // third a given one), and is not counted as served.
     assert_eq!(report["served_after_launcher"], report["served"]);
-    assert_eq!(launched.len(), 2 * variants.len());
-    for (pair, lines) in launched.chunks(2).zip(launches[calls.len()..].chunks(2)) {
+    assert_eq!(launched.len(), 3 * variants.len());
+    for (pair, lines) in launched.chunks(3).zip(launches[calls.len()..].chunks(3)) {
+        assert_eq!(pair[2]["ptrs"][3], pair[2]["given"]);
+        assert_ne!(pair[2]["ptrs"][3], pair[0]["ptrs"][3]);
         for (l, line) in pair.iter().zip(lines) {
             let ptrs: Vec<String> = l["ptrs"]
                 .as_array()
