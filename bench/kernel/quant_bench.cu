@@ -18,17 +18,10 @@
 
 #include "fp8.cuh"
 #include "fp8_cluster.cuh"
+#include "ck.cuh"
 
 using T = __half;
 
-#define CK(x)                                                                                         \
-    do {                                                                                              \
-        cudaError_t e_ = (x);                                                                         \
-        if (e_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-            exit(1);                                                                                  \
-        }                                                                                             \
-    } while (0)
 
 // The product kernel as templates/sdpa_fwd_fp8/sdpa_fwd_fp8_ws.cu.tera renders it for
 // QUANT_CLUSTER = C, QUANT_CTAS_PER_SM = M (QUANT_THREADS = THREADS).
@@ -42,23 +35,6 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS, M)
 }
 
 namespace var {
-
-__device__ __forceinline__ unsigned long long policy(bool last) {
-    unsigned long long p;
-    if (last)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    else
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-
-__device__ __forceinline__ uint4 ld_hint(const uint4* p, unsigned long long pol) {
-    uint4 u;
-    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-                 : "l"(p), "l"(pol));
-    return u;
-}
 
 // quantize_slice_cluster with knobs: CLUSTER CTAs per slice (launched with that cluster shape),
 // DEPTH 16-byte loads in flight per thread, HINT: the held part of the slice loaded evict_first
@@ -78,7 +54,7 @@ __device__ __forceinline__ void quant(const T* __restrict__ x, unsigned char* __
     const uint4* xv = reinterpret_cast<const uint4*>(x + slice * n + begin);
     uint2* cv = reinterpret_cast<uint2*>(codes + slice * n + begin);
     const long long tid = threadIdx.x, step = blockDim.x;
-    const unsigned long long first = HINT ? policy(false) : 0, last = HINT ? policy(true) : 0;
+    const unsigned long long first = HINT ? evo::l2_policy_evict_first() : 0, last = HINT ? evo::l2_policy_evict_last() : 0;
 
     float m = 0.0f;
     for (long long i0 = tid; i0 < vecs; i0 += DEPTH * step) {
@@ -86,7 +62,7 @@ __device__ __forceinline__ void quant(const T* __restrict__ x, unsigned char* __
 #pragma unroll
         for (int j = 0; j < DEPTH; ++j) {
             const long long i = i0 + j * step;
-            if (i < vecs) u[j] = HINT ? ld_hint(xv + i, i < kept ? first : last) : __ldg(xv + i);
+            if (i < vecs) u[j] = HINT ? evo::ld_global_nc_l2_hint(xv + i, i < kept ? first : last) : __ldg(xv + i);
         }
 #pragma unroll
         for (int j = 0; j < DEPTH; ++j) {
@@ -119,7 +95,7 @@ __device__ __forceinline__ void quant(const T* __restrict__ x, unsigned char* __
     if (rank == 0 && threadIdx.x == 0) descale[slice] = d;
     if (HINT) {
         // The re-read part first, newest first (what pass 1 read last is likeliest still in L2).
-        for (long long i = vecs - 1 - tid; i >= kept; i -= step) cv[i] = evo::quant_codes8<T>(ld_hint(xv + i, first), inv);
+        for (long long i = vecs - 1 - tid; i >= kept; i -= step) cv[i] = evo::quant_codes8<T>(evo::ld_global_nc_l2_hint(xv + i, first), inv);
         for (long long i = tid; i < kept; i += step) cv[i] = evo::quant_codes8<T>(held[i], inv);
     } else {
         for (long long i = tid; i < vecs; i += step)
