@@ -22,7 +22,6 @@
 
 using T = __half;
 
-
 // The product kernel as templates/sdpa_fwd_fp8/sdpa_fwd_fp8_ws.cu.tera renders it for
 // QUANT_CLUSTER = C, QUANT_CTAS_PER_SM = M (QUANT_THREADS = THREADS).
 template <int C, int THREADS, int M>

@@ -18,8 +18,9 @@ alone (graph; evo_kernel.kernel_launcher) and each backend: flash, efficient, cu
 (where its score matrices stay under --math-limit elements) and default (PyTorch's choice).
 Within a case the loops of all of them are taken in turn, and so are the graphs' replays
 (sdpa_bench.eager_times, graph_times): each ratio compares one host and GPU state (a long
-run's clocks drift by 10% and more; the host's speed moves between loops). The timing is scripts/sdpa_bench.py of the evo
-repository (copied here as sdpa_bench.py), the method of evo's own timing gate.
+run's clocks drift by 10% and more; the host's speed moves between loops). The timing is
+scripts/sdpa_bench.py of the evo repository (copied here as sdpa_bench.py), the method of evo's
+own timing gate.
 
 Prints two tables with each backend's time over evo's (above 1: evo is faster), evo's
 graph time next to the kernel's own (its launches alone, evo_kernel.kernel_launcher, in the

@@ -763,15 +763,15 @@ def kernel_launcher(q, k, v, is_causal=False, scale=None):
     if p.copies:
         raise ArtifactError(f"kernel_launcher: a call copies {', '.join(p.copies)} to contiguous first; "
                             "pass tensors the kernels read as they are")
-    o = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
+    out = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=q.device) if p.workspace else None
-    op, wsp, ordinal = o.data_ptr(), (ws.data_ptr() if ws is not None else 0), q.device.index
+    ordinal = q.device.index
 
     def launch(q, k, v, o=None):
-        _launch(p, ordinal, q.data_ptr(), k.data_ptr(), v.data_ptr(), op if o is None else o.data_ptr(), wsp)
-        return launch.keep[0] if o is None else o
+        o = out if o is None else o
+        _launch(p, ordinal, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), ws.data_ptr() if ws is not None else 0)
+        return o
 
-    launch.keep = (o, ws)
     return launch
 
 

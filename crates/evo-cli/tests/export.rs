@@ -760,6 +760,15 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
     let launches: Vec<&str> = log.lines().filter(|l| l.starts_with("launch")).collect();
     let calls = report["calls"].as_array().unwrap();
     let launched = report["launched"].as_array().unwrap();
+    // A call's q, k, v and o addresses as the launch log prints them.
+    let ptr_strings = |call: &serde_json::Value| -> Vec<String> {
+        call["ptrs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.to_string())
+            .collect()
+    };
     assert_eq!(launches.len(), calls.len() + launched.len());
     // Two plans per variant, each encoding its maps once; the third call re-points them, as
     // does each of kernel_launcher's two calls (the first shape's plan, new tensors).
@@ -781,12 +790,7 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
         assert_eq!(pair[2]["ptrs"][3], pair[2]["given"]);
         assert_ne!(pair[2]["ptrs"][3], pair[0]["ptrs"][3]);
         for (l, line) in pair.iter().zip(lines) {
-            let ptrs: Vec<String> = l["ptrs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p.to_string())
-                .collect();
+            let ptrs = ptr_strings(l);
             assert!(
                 line.contains(&format!(" args {} ", ptrs.join(" "))),
                 "{line}: {ptrs:?}"
@@ -827,12 +831,7 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
         let c = &v["constants"];
         let block_m = c["BLOCK_M"].as_i64().unwrap();
         let smem = c["SMEM_BYTES"].as_i64().unwrap();
-        let ptrs: Vec<String> = call["ptrs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
+        let ptrs = ptr_strings(call);
         let mut want = format!(
             "launch 0x3000 grid {} {h} {b} block {} 1 1 smem {smem} stream 0x5500 extra (nil) args {}",
             (sq + block_m - 1) / block_m,
