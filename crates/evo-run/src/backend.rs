@@ -606,43 +606,65 @@ mod tests {
     use super::*;
 
     /// A caller's items take slots before the next caller's. Two slots, three callers of
-    /// two items: a takes both slots; b and c wait. Handed out in arrival order, b1 and
-    /// c1 would take the slots a frees and b2 would wait for them; in turn, b takes both
-    /// and c waits for b.
+    /// two items: a takes both slots; b, then c, queue while a's items hold them. Handed
+    /// out in arrival order, b1 and c1 would take the slots a frees and b2 would wait for
+    /// them; in turn, b takes both and c waits for b. Nothing here rests on a sleep being
+    /// long enough: a's items hold their slots until the test opens a gate, and each
+    /// item keeps its slot until its partner has started (or 2 s have passed, which only
+    /// an arrival-order queue lets happen).
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn compile_slots_go_to_one_genome_at_a_time() {
+        use std::sync::{Condvar, Mutex};
         let queue = Arc::new(CompileQueue::new(2));
-        let started = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let ms = std::time::Duration::from_millis;
-        // c's items note their start 15 ms late: in arrival order c1 would still come
-        // 15 ms before b2; in turn it comes 45 ms after, whatever the threads' jitter.
-        let caller = |name: &'static str, late: u64| {
-            let (queue, started) = (queue.clone(), started.clone());
-            tokio::spawn(async move {
-                let handles = queue
-                    .run_all(vec![1, 2], move |i| {
-                        std::thread::sleep(ms(late));
-                        started.lock().unwrap().push(format!("{name}{i}"));
-                        std::thread::sleep(ms(30));
-                        i * 10
-                    })
-                    .await;
-                let mut results = Vec::new();
-                for h in handles {
-                    results.push(h.await.unwrap());
-                }
-                results
-            })
+        let started = Arc::new((Mutex::new(Vec::<String>::new()), Condvar::new()));
+        let gate = Arc::new(tokio::sync::RwLock::new(()));
+        let closed = gate.clone().write_owned().await;
+        let work = |name: &'static str| {
+            let (started, gate) = (started.clone(), gate.clone());
+            move |i: i32| {
+                let (list, changed) = &*started;
+                let mut list = list.lock().unwrap();
+                list.push(format!("{name}{i}"));
+                changed.notify_all();
+                let partner_missing =
+                    |l: &mut Vec<String>| l.iter().filter(|s| s.starts_with(name)).count() < 2;
+                let two_s = std::time::Duration::from_secs(2);
+                drop(
+                    changed
+                        .wait_timeout_while(list, two_s, partner_missing)
+                        .unwrap(),
+                );
+                drop(gate.blocking_read());
+                i * 10
+            }
         };
-        let a = caller("a", 0);
-        tokio::time::sleep(ms(2)).await;
-        let b = caller("b", 0);
-        tokio::time::sleep(ms(2)).await;
-        let c = caller("c", 15);
-        for caller in [a, b, c] {
+        let results = |handles: Vec<JoinHandle<i32>>| async move {
+            let mut results = Vec::new();
+            for h in handles {
+                results.push(h.await.unwrap());
+            }
+            results
+        };
+        let a = queue.run_all(vec![1, 2], work("a")).await;
+        let queued = |name: &'static str| {
+            let (queue, work) = (queue.clone(), work(name));
+            tokio::spawn(async move { results(queue.run_all(vec![1, 2], work).await).await })
+        };
+        let b = queued("b");
+        // b holds the turn while it waits for a slot; c queues behind it. (The bound
+        // lets a queue without turns reach the asserts, which it fails.)
+        let waited = Instant::now();
+        while queue.turn.try_lock().is_ok() && waited.elapsed().as_secs() < 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let c = queued("c");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        drop(closed);
+        assert_eq!(results(a).await, vec![10, 20], "results in item order");
+        for caller in [b, c] {
             assert_eq!(caller.await.unwrap(), vec![10, 20], "results in item order");
         }
-        let started = started.lock().unwrap().clone();
+        let started = started.0.lock().unwrap().clone();
         let at = |item: &str| started.iter().position(|s| s == item).unwrap();
         for (first, then) in [("a", "b"), ("b", "c")] {
             for i in 1..=2 {
