@@ -30,14 +30,14 @@ pub fn slow_shapes(baseline: &[f64], candidate: &[f64], tolerance: f64) -> Vec<u
 }
 
 /// A candidate is regressed when it is more than `tolerance` (0.10 = 10%) slower than
-/// the baseline on at least `min_shapes` shapes.
+/// the baseline on at least `min_shapes` shapes; `min_shapes` 0 turns the rule off.
 pub fn is_regressed(
     baseline: &[f64],
     candidate: &[f64],
     tolerance: f64,
     min_shapes: usize,
 ) -> bool {
-    slow_shapes(baseline, candidate, tolerance).len() >= min_shapes
+    min_shapes > 0 && slow_shapes(baseline, candidate, tolerance).len() >= min_shapes
 }
 
 #[cfg(test)]
@@ -61,5 +61,7 @@ mod tests {
         assert!(is_regressed(&base, &[11.5, 11.5, 1.0], 0.10, 2));
         // Exactly 10% slower is not "more than 10%".
         assert!(!is_regressed(&base, &[11.0, 11.0, 11.0], 0.10, 2));
+        // 0 shapes: the rule is off, however slow.
+        assert!(!is_regressed(&base, &[99.0, 99.0, 99.0], 0.10, 0));
     }
 }

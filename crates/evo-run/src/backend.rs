@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::context::Context;
 use crate::error::{refuse, MissingComponent, Result, ResultExt};
 use crate::scoring::times_on;
-use evo_core::fitness::slow_shapes;
+use evo_core::fitness::{is_regressed, slow_shapes};
 
 /// The outcome of one genome over every specialization.
 #[derive(Clone, Debug)]
@@ -63,14 +63,14 @@ impl RegressionRule {
     /// Why `measured` is already regressed (the slow shapes), if it is.
     fn regressed(&self, measured: &[ShapeMeasurement], timed: usize) -> Option<String> {
         let times = times_on(measured, &self.keys);
+        // The rule the final score applies.
+        if !is_regressed(&self.baseline, &times, self.tolerance, self.shapes) {
+            return None;
+        }
         let slow: Vec<&str> = slow_shapes(&self.baseline, &times, self.tolerance)
             .into_iter()
             .map(|i| self.keys[i].as_str())
             .collect();
-        // `is_regressed`'s rule, which the final score applies.
-        if slow.len() < self.shapes {
-            return None;
-        }
         Some(format!(
             "regressed: more than {:.0}% slower than the baseline on {} (the rule needs {}); timing stopped after {timed} of {} shapes, so no fitness",
             100.0 * self.tolerance,
@@ -723,12 +723,10 @@ mod tests {
         );
         // What the final score would say on the same times.
         let times = times_on(&two_slow, &rule.keys);
-        assert!(evo_core::fitness::is_regressed(
-            &rule.baseline,
-            &times,
-            0.10,
-            2
-        ));
+        assert!(is_regressed(&rule.baseline, &times, 0.10, 2));
+        // `regression_shapes = 0`: never regressed, so timing goes on.
+        let off = RegressionRule { shapes: 0, ..rule };
+        assert_eq!(off.regressed(&two_slow, 3), None);
     }
 
     /// The contention time of a shape is the slowest elite's median there, once the
