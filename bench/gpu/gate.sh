@@ -27,9 +27,9 @@ for s in "$@"; do
     $EVO selftest 2>&1 | tee "$OUT/selftest.txt" | tail -n 40
     echo "selftest exit: ${PIPESTATUS[0]}" ;;
   planted)
-    for suite in sdpa sdpa_fp8 gemm fp8_quantize; do
+    for suite in sdpa sdpa_fp8 sdpa_fp8_e2e gemm fp8_quantize; do
       problem=$suite
-      case $suite in sdpa) problem=sdpa_fwd ;; sdpa_fp8) problem=sdpa_fwd_fp8 ;; esac
+      case $suite in sdpa) problem=sdpa_fwd ;; sdpa_fp8) problem=sdpa_fwd_fp8 ;; sdpa_fp8_e2e) problem=sdpa_fwd_fp8_e2e ;; esac
       step "planted $suite"
       start=$(date +%s)
       $EVO check tests/planted/$suite/*.cu --problem $problem -c tests/planted/$suite/check.toml \

@@ -1,7 +1,7 @@
-//! The planted-fault kernels (tests/planted/gemm) are well-formed: headers parse into
+//! The planted-fault kernels (tests/planted/*) are well-formed: headers parse into
 //! a launch rule and a known status, and every file compiles with NVRTC, so the GPU run
 //! of the suite tests the gates and not typos. The GPU run itself is
-//! bench/gpu/evaluator.sh.
+//! bench/gpu/gate.sh planted.
 
 use std::path::PathBuf;
 
@@ -35,15 +35,22 @@ fn suites() -> Vec<(String, Vec<PathBuf>)> {
 fn planted_kernels_have_headers_and_compile() {
     let suites = suites();
     assert!(
-        ["gemm", "sdpa_fwd", "sdpa_fwd_fp8", "fp8_quantize"]
-            .iter()
-            .all(|name| suites.iter().any(|(p, _)| p == name)),
+        [
+            "gemm",
+            "sdpa_fwd",
+            "sdpa_fwd_fp8",
+            "sdpa_fwd_fp8_e2e",
+            "fp8_quantize"
+        ]
+        .iter()
+        .all(|name| suites.iter().any(|(p, _)| p == name)),
         "{suites:?}"
     );
     let compiler = Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None).unwrap();
     for (problem_name, files) in suites {
         // The gemm and sdpa_fwd suites cover every failure status; the FP8 suites
-        // (sdpa_fwd_fp8, fp8_quantize) the FP8-specific faults, all `incorrect`.
+        // (sdpa_fwd_fp8, sdpa_fwd_fp8_e2e, fp8_quantize) the FP8-specific faults, all
+        // `incorrect`.
         let full = problem_name == "gemm" || problem_name == "sdpa_fwd";
         assert!(files.len() >= if full { 10 } else { 3 }, "{files:?}");
         let problem = evo_kernels::problem(&problem_name).unwrap();

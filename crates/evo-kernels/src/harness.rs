@@ -513,9 +513,9 @@ pub struct EndToEnd {
 
 /// For a problem whose kernels encode their inputs themselves (FP8 end to end): the inputs
 /// as the encoding rule makes them (codes and scales, contiguous), the reference on them
-/// (the decoded answer) and the tolerance a kernel on those inputs is held to. An output
-/// passes within the problem's bound of the exact answer or within this tolerance of the
-/// decoded one (`evo_eval::compare::encoded_verdict`).
+/// (the decoded answer) and the tolerance a kernel on those inputs is held to: the trial's
+/// verdict (the problem's bound on the exact answer is too loose to decide, see
+/// docs/gate.md).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Encoded {
     pub inputs: Vec<HostTensor>,
