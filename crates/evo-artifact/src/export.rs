@@ -43,6 +43,9 @@ pub struct ExportOptions<'a> {
     pub force: bool,
     /// Export genomes the sanitizer gate has not passed (it cannot run here).
     pub unsanitized: bool,
+    /// Export builds that differ from the ones the search checked (their compile key
+    /// changed since the run: a template, a compile option or NVRTC).
+    pub unchecked_build: bool,
     /// The templates folder (default: where each run's config says).
     pub templates: Option<&'a Path>,
 }
@@ -830,13 +833,34 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
         b.variant.sanitizer = sanitized.get(&c.id.0).cloned();
         built.push(b);
     }
-    for b in &built {
-        if b.variant.compile_key_matches_search == Some(false) {
-            notes.push(format!(
-                "{}: the compile key differs from the search's (another CUDA include path, options or template version than the search machine's); the times in the manifest were measured on the search's build of this genome",
-                b.variant.name
-            ));
+    // The gates ran on the search's build of each genome: one whose compile key differs
+    // here (its source, options or NVRTC changed since the run) is not what they checked.
+    let named = |matches: Option<bool>| -> Vec<&str> {
+        built
+            .iter()
+            .filter(|b| b.variant.compile_key_matches_search == matches)
+            .map(|b| b.variant.name.as_str())
+            .collect()
+    };
+    let changed = named(Some(false));
+    if !changed.is_empty() {
+        if !o.unchecked_build {
+            bail!(
+                "{}: the kernel built here is not the one the search checked (its compile key changed: a template, a compile option or the NVRTC version differs from the run's), so no gate has run on it. Export with the templates, config and NVRTC of the search, or pass --unchecked-build to export it anyway (the manifest records it) and gate it with `evo verify DIR` on a GPU",
+                changed.join(", ")
+            );
         }
+        notes.push(format!(
+            "{}: exported with --unchecked-build: built differently from the search's build, which the gates checked and the manifest's times are of; `evo verify DIR` gates this build on a GPU",
+            changed.join(", ")
+        ));
+    }
+    let unknown = named(None);
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "{}: the run stored no compile key, so whether this build is the one the search checked is unknown; `evo verify DIR` gates it on a GPU",
+            unknown.join(", ")
+        ));
     }
 
     prepare_out(o.out, o.force)?;

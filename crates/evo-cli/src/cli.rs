@@ -310,6 +310,12 @@ pub enum Command {
         /// refused, and a genome the sanitizers were never run on is sanitized first.
         #[arg(long)]
         unsanitized: bool,
+        /// Export genomes whose build here differs from the one the search checked (the
+        /// compile key changed: a template, a compile option or NVRTC since the run); the
+        /// manifest says so. Without it such an export is refused; `evo verify` gates the
+        /// artifact's builds on a GPU.
+        #[arg(long)]
+        unchecked_build: bool,
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
     },

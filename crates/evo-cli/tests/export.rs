@@ -1110,11 +1110,13 @@ fn one_genome_run(
                 .enumerate()
                 .map(|(i, s)| (s.clone(), 10.0 + i as f64))
                 .collect(),
+            resources: None,
         },
-    )
+    );
 }
 
-/// A run of one evaluated genome: its config text, family, GPU and time per shape.
+/// A run of one evaluated genome: its config text, family, GPU, time per shape and the
+/// resources its result records (a search's: per specialization, its compile key).
 struct OneGenome<'a> {
     name: &'a str,
     config_toml: String,
@@ -1122,9 +1124,11 @@ struct OneGenome<'a> {
     genome: &'a str,
     device: &'a str,
     times: Vec<(Vars, f64)>,
+    resources: Option<Json>,
 }
 
-fn genome_run(db: &Path, r: &OneGenome) {
+/// Writes the run; returns its candidate's id.
+fn genome_run(db: &Path, r: &OneGenome) -> i64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = Store::open(db.to_str().unwrap()).await.unwrap();
@@ -1169,14 +1173,15 @@ fn genome_run(db: &Path, r: &OneGenome) {
             status: Status::Evaluated,
             gate: None,
             detail: Some(String::new()),
-            resources: None,
+            resources: r.resources.clone(),
             fitness: Some(1.1),
             eval_ms: Some(1000.0),
             source_key: None,
         };
         store.record_result(ids[0], &result, &times).await.unwrap();
         store.close().await;
-    });
+        ids[0].0
+    })
 }
 
 /// A genome of the split-KV Hopper family: two kernels, tensor maps and two scratch buffers.
@@ -1652,6 +1657,106 @@ fn export_needs_the_sanitizer_gate() {
     }
 }
 
+/// The gates ran on the search's build of a genome: an export whose build differs (the
+/// compile key the search stored is not the one here: a template, option or NVRTC changed
+/// since) is refused with what to do, and --unchecked-build exports it with a note and
+/// `compile_key_matches_search: false`; the search's own keys export as checked; a run
+/// that stored no key exports with a note that says so.
+#[test]
+fn export_refuses_a_build_the_search_did_not_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    let clean = serde_json::json!({"verdict": "clean", "reports": []});
+    store_sanitizer_verdict(&db, ids["best"], clean.clone());
+    let out = tmp.path().join("art");
+    let export = |what: &str, extra: &[&str]| {
+        let mut c = evo(&db);
+        c.args(["export", what, "--force", "--out"])
+            .arg(&out)
+            .args(extra);
+        c.assert()
+    };
+    let stderr = |a: &assert_cmd::assert::Assert| {
+        String::from_utf8_lossy(&a.get_output().stderr).to_string()
+    };
+    // No key stored (the fixture's results): exported, with a note.
+    let a = export(&ids["best"].to_string(), &[]).success();
+    assert!(
+        stderr(&a).contains("the run stored no compile key"),
+        "{}",
+        stderr(&a)
+    );
+    let keys: Vec<(String, String)> = manifest(&out)["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let spec: Vars = serde_json::from_value(v["specialization"].clone()).unwrap();
+            (
+                Genome::from_vars(spec).canonical(),
+                v["compile_key"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(keys.len() >= 2, "{keys:?}");
+    // A run of the same genome whose result records these keys, or others.
+    let keyed_run = |name: &'static str, keys: &[(String, String)]| {
+        let resources = keys
+            .iter()
+            .map(|(spec, key)| serde_json::json!({"specialization": spec, "compile": {"key": key}}))
+            .collect();
+        let id = genome_run(
+            &db,
+            &OneGenome {
+                name,
+                config_toml: std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap(),
+                family: "sdpa_fwd_mma",
+                genome: A,
+                device: "NVIDIA H100 80GB HBM3",
+                times: shapes().into_iter().map(|s| (s, 10.0)).collect(),
+                resources: Some(Json::Array(resources)),
+            },
+        );
+        store_sanitizer_verdict(&db, id, clean.clone());
+    };
+    keyed_run("same", &keys);
+    let a = export("same", &[]).success();
+    assert!(!stderr(&a).contains("compile key"), "{}", stderr(&a));
+    for v in manifest(&out)["variants"].as_array().unwrap() {
+        assert_eq!(v["compile_key_matches_search"], true, "{v}");
+    }
+    // One specialization's key changed since the run.
+    let mut changed = keys.clone();
+    changed[1].1 = "0".repeat(64);
+    keyed_run("changed", &changed);
+    std::fs::remove_dir_all(&out).unwrap();
+    let a = export("changed", &[]).failure();
+    let err = stderr(&a);
+    assert!(
+        err.contains("is not the one the search checked") && err.contains("--unchecked-build"),
+        "{err}"
+    );
+    assert!(!out.join("manifest.json").exists());
+    let a = export("changed", &["--unchecked-build"]).success();
+    assert!(
+        stderr(&a).contains("exported with --unchecked-build"),
+        "{}",
+        stderr(&a)
+    );
+    let flags: Vec<Json> = manifest(&out)["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["compile_key_matches_search"].clone())
+        .collect();
+    assert_eq!(
+        flags.iter().filter(|f| **f == Json::Bool(false)).count(),
+        1,
+        "{flags:?}"
+    );
+}
+
 #[test]
 fn export_refuses_what_it_cannot_freeze() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1824,6 +1929,7 @@ fn per_shape_export_over_two_runs_of_two_families() {
             genome: W,
             device: "NVIDIA H100 80GB HBM3",
             times: hopper.to_vec(),
+            resources: None,
         },
     );
     let out = tmp.path().join("art");

@@ -229,6 +229,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             per_shape,
             force,
             unsanitized,
+            unchecked_build,
             db,
         } => export::run(
             evo_artifact::ExportOptions {
@@ -238,6 +239,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 per_shape: *per_shape,
                 force: *force,
                 unsanitized: *unsanitized,
+                unchecked_build: *unchecked_build,
                 templates,
             },
             cli.json,
