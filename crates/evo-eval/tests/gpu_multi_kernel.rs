@@ -3,8 +3,10 @@
 //! `evo worker`). A gemm computed in two steps (kernel 1: scratch = 2·A in float32;
 //! kernel 2: C = (scratch / 2)·Bᵀ) must pass every correctness check; the same variant
 //! whose first kernel writes only half of the scratch must be rejected (the second kernel
-//! reads the NaN poison); a third kernel that spins for a fixed number of cycles must add
-//! its time to the variant's (the timing graph holds the whole sequence).
+//! reads the NaN poison), and so must a second kernel that takes a NaN in scratch as "not
+//! written" and recomputes the value (it passes a NaN poison: the stale-output trials
+//! poison scratch with large finite values); a third kernel that spins for a fixed number of
+//! cycles must add its time to the variant's (the timing graph holds the whole sequence).
 //! Skips (with the reason printed) where there is no GPU.
 
 use std::io::Cursor;
@@ -29,6 +31,19 @@ extern "C" __global__ void gemm_from_scratch(const float* s, const __half* b, __
     if (n >= N || m >= M) return;
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc += 0.5f * s[m * lda + k] * __half2float(b[n * ldb + k]);
+    c[m * ldc + n] = __float2half(acc);
+}
+// gemm_from_scratch, but a NaN in scratch counts as "not written": 2·A recomputed from a.
+extern "C" __global__ void gemm_from_scratch_or_a(const float* s, const __half* a, const __half* b,
+        __half* c, int M, int N, int K, int lda, int ldb, int ldc) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+    if (n >= N || m >= M) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) {
+        float x = s[m * lda + k];
+        if (x != x) x = 2.0f * __half2float(a[m * lda + k]);
+        acc += 0.5f * x * __half2float(b[n * ldb + k]);
+    }
     c[m * ldc + n] = __float2half(acc);
 }
 extern "C" __global__ void spin(long long cycles) {
@@ -103,7 +118,16 @@ fn e2e_family(
     (family, specs, space)
 }
 
-fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64>) -> Job {
+/// The two-step gemm: `twice` writing all of the scratch or half of it, then
+/// `gemm_from_scratch` (or, `nan_fallback`, `gemm_from_scratch_or_a`), then optionally `spin`.
+fn job(
+    id: u64,
+    cubin: &[u8],
+    shape: &Vars,
+    written_half: bool,
+    nan_fallback: bool,
+    spin: Option<i64>,
+) -> Job {
     let (m, n, k) = (77i64, 130i64, 264i64);
     let dims = |grid: [u32; 3], block: u32| LaunchDims {
         grid,
@@ -111,7 +135,12 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
         shared_bytes: 0,
     };
     let written = if written_half { m * k / 2 } else { m * k };
-    let mut kernels = vec!["twice".to_string(), "gemm_from_scratch".to_string()];
+    let second = if nan_fallback {
+        "gemm_from_scratch_or_a"
+    } else {
+        "gemm_from_scratch"
+    };
+    let mut kernels = vec!["twice".to_string(), second.to_string()];
     let mut launches = vec![
         dims([8, 1, 1], 256),
         dims([(n as u32).div_ceil(128), m as u32, 1], 128),
@@ -120,7 +149,11 @@ fn job(id: u64, cubin: &[u8], shape: &Vars, written_half: bool, spin: Option<i64
     // `a` as one contiguous run, so the job declares it contiguous.
     let gemm = evo_kernels::problem("gemm").unwrap();
     let mut abi: Vec<ArgSlot> = (0..gemm.args(shape).len()).map(ArgSlot::Abi).collect();
-    abi[0] = ArgSlot::Scratch(0);
+    if nan_fallback {
+        abi.insert(0, ArgSlot::Scratch(0));
+    } else {
+        abi[0] = ArgSlot::Scratch(0);
+    }
     let mut args = vec![
         vec![
             ArgSlot::Input(0),
@@ -186,9 +219,11 @@ fn a_two_kernel_variant_with_scratch_through_the_worker() {
         .unwrap();
     let spin_cycles = 200_000; // about 100 µs at 2 GHz
     let jobs = [
-        job(1, &cubin, &shape, false, None),
-        job(2, &cubin, &shape, true, None),
-        job(3, &cubin, &shape, false, Some(spin_cycles)),
+        job(1, &cubin, &shape, false, false, None),
+        job(2, &cubin, &shape, true, false, None),
+        job(3, &cubin, &shape, false, false, Some(spin_cycles)),
+        job(4, &cubin, &shape, false, true, None),
+        job(5, &cubin, &shape, true, true, None),
     ];
     let mut input = String::new();
     for j in &jobs {
@@ -207,7 +242,7 @@ fn a_two_kernel_variant_with_scratch_through_the_worker() {
             Response::Ready { .. } => None,
         })
         .collect();
-    assert_eq!(results.len(), 3);
+    assert_eq!(results.len(), 5);
     for r in &results {
         println!("job {}: {:?} {}", r.id, r.status, r.detail);
     }
@@ -235,6 +270,44 @@ fn a_two_kernel_variant_with_scratch_through_the_worker() {
         t3.median_us,
         t.median_us
     );
+    // A NaN in scratch taken as "not written": correct when kernel 1 writes it all ...
+    assert_eq!(
+        results[3].status,
+        Status::Evaluated,
+        "{}",
+        results[3].detail
+    );
+    // ... and with half of it unwritten it passes every NaN-poisoned trial: the large
+    // finite poison of the stale-output trials rejects it.
+    let fallback = &results[4];
+    assert_eq!(fallback.status, Status::Incorrect, "{}", fallback.detail);
+    assert!(
+        fallback.detail.contains("stale finite output"),
+        "{}",
+        fallback.detail
+    );
+}
+
+/// The kernels the GPU tests here compile, compiled without a GPU (NVRTC), so a GPU run
+/// tests the worker and not a typo.
+#[test]
+fn the_test_kernels_compile() {
+    let compiler = Compiler::new("sm_90a", &["-std=c++17".to_string()], 0, None).unwrap();
+    let out = compiler
+        .compile(&CompileRequest {
+            name: "two_step.cu".into(),
+            source: SOURCE.into(),
+        })
+        .unwrap();
+    assert!(out.success, "{}", out.log);
+    for k in [
+        "twice",
+        "gemm_from_scratch",
+        "gemm_from_scratch_or_a",
+        "spin",
+    ] {
+        assert!(out.kernel(k).is_some(), "no {k}");
+    }
 }
 
 /// The shipped end-to-end FP8 family through the worker on a small ragged shape: correct

@@ -64,6 +64,15 @@ impl Guarded {
     }
 }
 
+/// Scratch poison: NaN in f16, bf16, f32 and e4m3, so a kernel that reads scratch no earlier
+/// kernel wrote yields NaN ...
+pub const SCRATCH_NAN: u8 = 0xff;
+/// ... unless it reads it through something that drops NaN (`fmaxf`, a NaN test): then this
+/// one, large and finite in every element type (f32 and bf16 1.3e36, f16 60,000, e4m3 352,
+/// i32 2.07e9), shows (the stale-output trials use it; an artifact's workspace is never
+/// initialised either).
+pub const SCRATCH_LARGE: u8 = 0x7b;
+
 /// The buffers of one call of a variant: its inputs and output (in the call's layouts) and
 /// its scratch, each guarded, with the names messages use.
 pub(crate) struct CallBuffers {
@@ -122,11 +131,10 @@ impl CallBuffers {
             .zip(self.names.iter().map(String::as_str))
     }
 
-    /// Fills every scratch buffer with 0xFF bytes: NaN in f16, bf16, f32 and e4m3, so a
-    /// kernel that reads scratch no earlier kernel wrote yields NaN.
-    pub fn poison_scratch(&self, gpu: &Gpu) -> Result<(), CudaError> {
+    /// Fills every scratch buffer with `byte`: [`SCRATCH_NAN`] or [`SCRATCH_LARGE`].
+    pub fn poison_scratch(&self, gpu: &Gpu, byte: u8) -> Result<(), CudaError> {
         for b in &self.scratch {
-            b.fill(gpu, 0xff)?;
+            b.fill(gpu, byte)?;
         }
         Ok(())
     }

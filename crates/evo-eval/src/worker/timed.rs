@@ -18,7 +18,7 @@ use evo_kernels::harness::{Call, ElemType, Tolerance};
 use evo_kernels::Problem;
 use rand::{Rng, SeedableRng};
 
-use super::buffers::{changed_guard, CallBuffers};
+use super::buffers::{changed_guard, CallBuffers, SCRATCH_NAN};
 use super::gpu_checks::{CompareJob, DifferJob, FillJob};
 use super::kept::{reference_key, Kept};
 use super::trials::shape_seed;
@@ -393,7 +393,7 @@ impl Worker {
                 gate.fill(g, &jobs)?;
                 for s in &sets {
                     s.output.fill(g, 0xff)?;
-                    s.poison_scratch(g)?;
+                    s.poison_scratch(g, SCRATCH_NAN)?;
                 }
                 g.memset_at(&flush, 0, flush.bytes(), 0)?;
                 Ok(())

@@ -12,7 +12,7 @@ use evo_kernels::harness::{
 use evo_kernels::Problem;
 use sha2::{Digest, Sha256};
 
-use super::buffers::{self, CallBuffers, Guarded};
+use super::buffers::{self, CallBuffers, Guarded, SCRATCH_LARGE, SCRATCH_NAN};
 use super::gpu_checks::{CompareJob, DifferJob, FillJob, PatternJob};
 use super::kept::{reference_key, Reference};
 use super::{argument_lists, describe, launch_sequence, Stop, Worker};
@@ -106,7 +106,8 @@ fn prefilled(problem: &dyn Problem, vars: &Vars, trial: &Trial) -> Vec<u8> {
 }
 
 /// What the output holds before a checked launch, written by the worker's kernels where
-/// they can (everything but a stale byte output).
+/// they can (everything but a stale byte output). The scratch is poisoned to match
+/// ([`OutputPrefill::scratch_poison`]).
 enum OutputPrefill {
     /// Every slot (elements and padding) this pattern.
     Pattern(Vec<u8>),
@@ -114,6 +115,17 @@ enum OutputPrefill {
     Values(InputFill),
     /// These bytes, uploaded.
     Host(Vec<u8>),
+}
+
+impl OutputPrefill {
+    /// The scratch bytes before the launch: NaN with a NaN output, large finite values with
+    /// a stale one.
+    fn scratch_poison(&self) -> u8 {
+        match self {
+            OutputPrefill::Pattern(_) => SCRATCH_NAN,
+            OutputPrefill::Values(_) | OutputPrefill::Host(_) => SCRATCH_LARGE,
+        }
+    }
 }
 
 /// The prefill of `trial`'s output: the bytes of [`prefilled`], made on the GPU.
@@ -169,7 +181,7 @@ impl Worker {
                 }
                 OutputPrefill::Host(bytes) => buffers.output.upload(&self.gpu, bytes)?,
             }
-            buffers.poison_scratch(&self.gpu)?;
+            buffers.poison_scratch(&self.gpu, prefill.scratch_poison())?;
             self.gpu.synchronize()?;
         }
         let _t = self.stages.timer("launch");
