@@ -686,6 +686,26 @@ fn fill_normal(rng: &mut impl Rng, out: &mut [f32], scale: f32) {
     }
 }
 
+/// The magnitude of [`plant_outliers`]' outliers: about ten times a normal slice's maximum.
+pub const OUTLIER: f32 = 40.0;
+
+/// In every slice of `slice_len` values that is not all zero, one element at a random
+/// position becomes ±`magnitude`: an outlier like an LLM activation's, which a quantizer
+/// has to find for its scale (one that takes the maximum of part of a slice clips it).
+pub fn plant_outliers(rng: &mut impl Rng, values: &mut [f32], slice_len: usize, magnitude: f32) {
+    for slice in values.chunks_mut(slice_len) {
+        if slice.iter().all(|x| *x == 0.0) {
+            continue;
+        }
+        let i = rng.random_range(0..slice.len());
+        slice[i] = if rng.random::<bool>() {
+            magnitude
+        } else {
+            -magnitude
+        };
+    }
+}
+
 /// Rows of `cols` elements, each zero but for a single 1 at a random column.
 pub fn one_hot_rows(rng: &mut impl Rng, rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * cols];

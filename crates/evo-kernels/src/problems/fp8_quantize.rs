@@ -14,8 +14,8 @@ use evo_core::{LaunchDims, Vars};
 use super::DTYPES;
 use crate::fp8;
 use crate::harness::{
-    dtype, int, normal, one_hot_rows, rng, ArgSlot, Call, ElemType, HostTensor, InputKind,
-    ReferenceKernel, TensorSpec, Tolerance,
+    dtype, int, normal, one_hot_rows, plant_outliers, rng, ArgSlot, Call, ElemType, HostTensor,
+    InputKind, ReferenceKernel, TensorSpec, Tolerance, OUTLIER,
 };
 use crate::problem::{Problem, VarDecl, VarKind};
 
@@ -130,7 +130,7 @@ impl Problem for Fp8Quantize {
         let mut r = rng(seed, 0);
         let mut v = match kind {
             InputKind::Random | InputKind::Rows => normal(&mut r, slices * len, 1.0),
-            // Every other slice all zero, next to normal ones.
+            // Every other slice all zero, next to normal ones with one outlier each.
             InputKind::Zeros => {
                 let mut v = normal(&mut r, slices * len, 1.0);
                 for (i, x) in v.iter_mut().enumerate() {
@@ -138,6 +138,7 @@ impl Problem for Fp8Quantize {
                         *x = 0.0;
                     }
                 }
+                plant_outliers(&mut r, &mut v, len, OUTLIER);
                 v
             }
             // Slice magnitudes from 2^-12 to 2^12, up to fp16's range.
@@ -225,10 +226,10 @@ mod tests {
         assert_eq!(&out[20..24], &(2.0f32 / 448.0).to_le_bytes());
         // The zero-tensor bug (descale 1/448 for the zero slice) changes the bytes.
         assert_ne!(&out[16..20], &(1.0f32 / 448.0).to_le_bytes());
-        // Zeros inputs have zero slices next to normal ones.
+        // Zeros inputs have zero slices next to normal ones, each with one ±OUTLIER.
         let z = Fp8Quantize.generate(&s, &Fp8Quantize.default_call(&s), InputKind::Zeros, 1);
         let zo = Fp8Quantize::expected(&s, &z[0]);
         assert_eq!(&zo[16..20], &1.0f32.to_le_bytes());
-        assert_ne!(&zo[20..24], &1.0f32.to_le_bytes());
+        assert_eq!(&zo[20..24], &(OUTLIER / 448.0).to_le_bytes());
     }
 }

@@ -24,8 +24,8 @@ use super::sdpa::{attention_f64, attention_inputs, varied_attention_call, Dims};
 use super::Sdpa;
 use crate::fp8;
 use crate::harness::{
-    dtype, normal_values, one_hot_rows, rng, ArgSlot, Call, ElemType, EndToEnd, Fill, HostTensor,
-    InputKind, Layout, ReferenceKernel, TensorSpec, Tolerance,
+    dtype, normal_values, one_hot_rows, plant_outliers, rng, ArgSlot, Call, ElemType, EndToEnd,
+    Fill, HostTensor, InputKind, Layout, ReferenceKernel, TensorSpec, Tolerance, OUTLIER,
 };
 use crate::problem::{Problem, VarDecl};
 
@@ -73,7 +73,7 @@ impl SdpaFp8 {
                 let values: Vec<f32> = match kind {
                     InputKind::Random => normal_values(seed, t, len, 1.0),
                     InputKind::Rows => rows.as_ref().expect("rows made above")[t].clone(),
-                    // Even heads all zero, odd heads normal.
+                    // Even heads all zero, odd heads normal with one outlier each.
                     InputKind::Zeros => {
                         let mut v = normal_values(seed, t, len, 1.0);
                         for (i, x) in v.iter_mut().enumerate() {
@@ -81,6 +81,7 @@ impl SdpaFp8 {
                                 *x = 0.0;
                             }
                         }
+                        plant_outliers(&mut r, &mut v, slice, OUTLIER);
                         v
                     }
                     InputKind::Large => {
@@ -351,12 +352,14 @@ mod tests {
         }
         // Magnitudes really differ by head: head 2's v scale is 2^16 times head 1's.
         assert!(v_descale[2] / v_descale[1] > 1e4, "{v_descale:?}");
-        // Zeros: even heads are all zero with descale 1, odd heads are not.
+        // Zeros: even heads are all zero with descale 1, odd heads are not, and each holds
+        // one outlier of ±OUTLIER (its descale OUTLIER / 448).
         let z = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), InputKind::Zeros, 3);
-        let qd = z[3].to_f64();
-        assert_eq!(qd[0], 1.0);
-        assert_eq!(qd[2], 1.0);
-        assert!(qd[1] < 0.1);
+        for t in 3..6 {
+            let d = z[t].to_f64();
+            assert_eq!((d[0], d[2]), (1.0, 1.0));
+            assert_eq!(d[1] as f32, OUTLIER / 448.0, "tensor {t}");
+        }
         assert!(z[0].bytes[..5 * 64].iter().all(|b| *b == 0));
     }
 
