@@ -355,8 +355,8 @@ mod tests {
         // Zeros: even heads are all zero with descale 1, odd heads are not, and each holds
         // one outlier of ±OUTLIER (its descale OUTLIER / 448).
         let z = SdpaFp8.generate(&s, &SdpaFp8.default_call(&s), InputKind::Zeros, 3);
-        for t in 3..6 {
-            let d = z[t].to_f64();
+        for (t, descales) in z[3..6].iter().enumerate() {
+            let d = descales.to_f64();
             assert_eq!((d[0], d[2]), (1.0, 1.0));
             assert_eq!(d[1] as f32, OUTLIER / 448.0, "tensor {t}");
         }
