@@ -355,9 +355,18 @@ impl Store {
         self.kind
     }
 
-    /// Closes every connection (checkpointing the WAL). Dropping a store without closing
-    /// it loses nothing that was committed.
+    /// Closes every connection, first folding the write-ahead log into the database file
+    /// (SQLite), so the file alone holds every committed write: a copy of population.db
+    /// without its `-wal` file is complete. Best effort: a reader in another process may
+    /// keep part of the log until it closes. Dropping a store without closing it loses
+    /// nothing that was committed, but may leave the log beside the file.
     pub async fn close(self) {
+        if self.kind == DbKind::Sqlite {
+            // Fails harmlessly on a read-only open (nothing of its own to fold in).
+            let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await;
+        }
         self.pool.close().await;
     }
 

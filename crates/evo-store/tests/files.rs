@@ -85,6 +85,32 @@ async fn wal_mode_is_on() {
     conn.close().await.unwrap();
 }
 
+/// Closing a store folds the log into the file even while another store of the same file
+/// (another evo process's) stays open: the file copied alone holds every committed write.
+#[tokio::test]
+async fn close_leaves_the_file_complete_without_its_log() {
+    let (dir, path) = temp_db();
+    let a = open(&path).await;
+    let b = open(&path).await;
+    let run = a.create_run(&new_run("copied")).await.unwrap();
+    a.insert_candidates(run, &candidates(0..40, 0))
+        .await
+        .unwrap();
+    a.close().await;
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    assert!(!side_file(&copy, "-wal").exists());
+    let c = open(&copy).await;
+    let seen = c
+        .run("copied")
+        .await
+        .unwrap()
+        .expect("the copy holds the run");
+    assert_eq!(c.candidates(seen.id).await.unwrap().len(), 40);
+    c.close().await;
+    b.close().await;
+}
+
 #[tokio::test]
 async fn a_second_connection_sees_committed_data() {
     let (_dir, path) = temp_db();
