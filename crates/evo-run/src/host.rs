@@ -97,7 +97,10 @@ impl Run {
         let ended = self.claim_loop(&shift, &mut tally).await;
         heartbeat.abort();
         let ended = ended?;
-        self.finish(&host, ended, started, tally, progress).await
+        let report = self.finish(&host, ended, started, tally, progress).await;
+        // The write-ahead log folded into the file: population.db alone is complete.
+        self.store.close().await;
+        report
     }
 
     fn lease(&self) -> Duration {
