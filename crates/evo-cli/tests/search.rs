@@ -499,6 +499,46 @@ fn bad_search_arguments_are_explained() {
         .stderr(predicates::str::contains(
             "seed `BLOCK_K=32,BLOCK_M=32,BLOCK_N=32,STAGES=2,SWIZZLE=xor,WARPS_M=1,WARPS_N=1` is not a valid genome of family gemm_mma: it violates constraint `warps`",
         ));
+    // A baseline that cannot be had (a missing file, a misspelt source) refuses the search
+    // and leaves no run behind: the name is free for the corrected config.
+    for (baseline, says) in [
+        ("import:no_such_baseline.json", "no_such_baseline.json"),
+        ("pytorch", "[search] baseline must be"),
+    ] {
+        let config = dir.path().join("bad_baseline.toml");
+        std::fs::write(
+            &config,
+            text.replace(
+                "family = \"gemm_mma\"",
+                &format!(
+                    "family = \"gemm_mma\"\ntemplates = \"{}\"",
+                    root().join("templates").display()
+                ),
+            ) + &format!("\n[search]\nbaseline = \"{baseline}\"\n"),
+        )
+        .unwrap();
+        Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(root())
+            .arg("search")
+            .arg("-c")
+            .arg(&config)
+            .args(["--run", "first", "--db"])
+            .arg(&db)
+            .arg("--evaluator")
+            .arg(format!("replay:{}", land.display()))
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains(says));
+        let runs = Command::cargo_bin("evo")
+            .unwrap()
+            .args(["runs", "--db"])
+            .arg(&db)
+            .assert()
+            .success();
+        let listed = String::from_utf8_lossy(&runs.get_output().stdout).to_string();
+        assert!(!listed.contains("first"), "{baseline}: {listed}");
+    }
 }
 
 /// `baseline = "torch"` where PyTorch cannot be measured (here: the replay evaluator runs

@@ -82,7 +82,15 @@ impl Run {
         tracing::info!(run = %self.name, evaluator = %self.backend.label(), strategy = self.kind.name(), "search starts");
         let started = Instant::now();
         let mut tally = Tally::default();
-        let baseline = self.baseline(&host.stop, progress).await?;
+        let baseline = match self.baseline(&host.stop, progress).await {
+            Ok(b) => b,
+            Err(e) => {
+                if self.created_here {
+                    crate::open::discard_new_run(&self.store, self.id, &self.name).await;
+                }
+                return Err(e);
+            }
+        };
         tally.gpu_ms += baseline.gpu_ms;
         tally.best = history_of(&self.store.candidates(self.id).await?, &self.context.space)?
             .best()

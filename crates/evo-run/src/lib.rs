@@ -127,6 +127,9 @@ pub struct Run {
     gpus: usize,
     /// This host's first GPU (`None` on the replay evaluator): where PyTorch is measured.
     first_gpu: Option<u32>,
+    /// This invocation created the run (not `--resume`, not `join`): one that fails before
+    /// its first evaluation is removed again.
+    created_here: bool,
 }
 
 impl Run {

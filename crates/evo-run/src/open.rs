@@ -76,13 +76,28 @@ impl Run {
         };
         let seeds = seed_genomes(&context)?;
         let backend = Arc::new(backend(&ev, context.clone(), params.seed)?);
+        let created_here = r.existing.is_none();
         let id = match &r.existing {
             Some(_) => r.id,
             None => create(&store, &r.name, &context, kind, params.seed, &backend, &ev).await?,
         };
-        let settings = settle_settings(&store, id, &request, r.existing.as_ref(), &context).await?;
-        check_device(r.existing.as_ref(), &ev, &settings, progress)?;
-        let host = register(&store, id, &ev, &backend, progress).await?;
+        let checked = async {
+            let settings =
+                settle_settings(&store, id, &request, r.existing.as_ref(), &context).await?;
+            check_device(r.existing.as_ref(), &ev, &settings, progress)?;
+            let host = register(&store, id, &ev, &backend, progress).await?;
+            Ok::<_, crate::RunError>((settings, host))
+        }
+        .await;
+        let (settings, host) = match checked {
+            Ok(x) => x,
+            Err(e) => {
+                if created_here {
+                    discard_new_run(&store, id, &r.name).await;
+                }
+                return Err(e);
+            }
+        };
         if r.existing.is_some() {
             // Only now that every check passed: a refused host leaves the run as it was.
             store.set_run_status(id, RunStatus::Running).await?;
@@ -104,7 +119,20 @@ impl Run {
             device: ev.device.map(|d| d.0),
             gpus: ev.gpus.len(),
             first_gpu: ev.gpus.first().copied(),
+            created_here,
         })
+    }
+}
+
+/// Deletes a run this invocation created and could not start (a bad baseline, a device
+/// check), so no run stays behind `running` under a name the user wants back; nothing of
+/// it was evaluated. Best effort: the caller's error is the one to report.
+pub(crate) async fn discard_new_run(store: &Store, id: RunId, name: &str) {
+    if let Err(e) = store.delete_run(id).await {
+        tracing::warn!(
+            run = name,
+            "could not remove the run that failed to start: {e}"
+        );
     }
 }
 
