@@ -23,6 +23,28 @@ pub enum VarKind {
     IntChoice(&'static [i64]),
 }
 
+impl VarKind {
+    /// What a value of this kind is, in words (for messages).
+    pub fn expected(self) -> String {
+        let list = |items: Vec<String>| items.join(", ");
+        match self {
+            VarKind::Int { min, multiple_of } if multiple_of > 1 => {
+                format!("an integer of at least {min}, a multiple of {multiple_of}")
+            }
+            VarKind::Int { min, .. } => format!("an integer of at least {min}"),
+            VarKind::Bool => "true or false".into(),
+            VarKind::Choice(options) => format!(
+                "one of {}",
+                list(options.iter().map(|o| format!("\"{o}\"")).collect())
+            ),
+            VarKind::IntChoice(options) => format!(
+                "one of {}",
+                list(options.iter().map(i64::to_string).collect())
+            ),
+        }
+    }
+}
+
 /// A compile-time (specialization) or run-time (shape) variable of a problem.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VarDecl {
@@ -74,8 +96,18 @@ impl VarDecl {
                 self.name
             )),
             (kind, _) => Err(format!(
-                "{} = {value} has the wrong type ({:?} expected)",
-                self.name, kind
+                "{} = {} is {}; {} is expected",
+                self.name,
+                match value {
+                    Value::Str(s) => format!("\"{s}\""),
+                    other => other.to_string(),
+                },
+                match value {
+                    Value::Bool(_) => "a boolean",
+                    Value::Int(_) => "an integer",
+                    Value::Str(_) => "a string",
+                },
+                kind.expected()
             )),
         }
     }
@@ -391,6 +423,18 @@ mod tests {
             ]))
             .unwrap_err();
         assert!(e.contains("one of"), "{e}");
+        // A size written as a string: said in words, the quotes kept.
+        let e = p
+            .complete_shape(&shape(&[
+                ("M", "4096".into()),
+                ("N", 5.into()),
+                ("K", 16.into()),
+            ]))
+            .unwrap_err();
+        assert!(
+            e.contains(r#"M = "4096" is a string; an integer of at least 1 is expected"#),
+            "{e}"
+        );
     }
 
     #[test]
