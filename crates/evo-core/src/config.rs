@@ -468,9 +468,14 @@ fn table_to_vars(path: &Path, what: &str, table: &toml::Table) -> Result<Vars, C
         .collect()
 }
 
-/// The first `[search]` or `[timing]` value outside what the search can work with, in
-/// words naming the key and its allowed range.
-fn out_of_range(search: &SearchSection, timing: &TimingConfig) -> Option<String> {
+/// The `[search]`, `[timing]`, `[timeouts]` and `[correctness.tolerance.*]` values outside
+/// what the search can work with, in words naming each key and its allowed range.
+fn out_of_range(
+    search: &SearchSection,
+    timing: &TimingConfig,
+    timeouts: &TimeoutConfig,
+    correctness: &CorrectnessConfig,
+) -> Option<String> {
     let p = &search.params;
     let share_keys = [
         ("mutation_share", p.mutation_share),
@@ -536,6 +541,32 @@ fn out_of_range(search: &SearchSection, timing: &TimingConfig) -> Option<String>
     if timing.max_input_sets == 0 {
         problems.push("[timing] max_input_sets must be at least 1".into());
     }
+    for (key, v) in [
+        ("startup_s", timeouts.startup_s),
+        ("job_base_s", timeouts.job_base_s),
+        ("per_shape_s", timeouts.per_shape_s),
+        ("per_timed_shape_s", timeouts.per_timed_shape_s),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            problems.push(format!(
+                "[timeouts] {key} must be more than 0 seconds, not {v}"
+            ));
+        }
+    }
+    for (dtype, t) in &correctness.tolerance {
+        for (key, v) in [
+            ("rtol", t.rtol),
+            ("atol_of_max", t.atol_of_max),
+            ("atol_floor", t.atol_floor),
+            ("rel_l2", t.rel_l2),
+        ] {
+            if let Some(v) = v.filter(|v| !(*v >= 0.0 && v.is_finite())) {
+                problems.push(format!(
+                    "[correctness.tolerance.{dtype}] {key} must be 0 or more, not {v}"
+                ));
+            }
+        }
+    }
     (!problems.is_empty()).then(|| problems.join("; "))
 }
 
@@ -580,7 +611,9 @@ impl SearchConfig {
                 ),
             });
         }
-        if let Some(message) = out_of_range(&raw.search, &raw.timing) {
+        if let Some(message) =
+            out_of_range(&raw.search, &raw.timing, &raw.timeouts, &raw.correctness)
+        {
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
                 message,
@@ -681,6 +714,14 @@ mod tests {
             (
                 "[search]\npopulation = 0\n",
                 "population must be at least 1",
+            ),
+            (
+                "[timeouts]\nstartup_s = -1\n",
+                "[timeouts] startup_s must be more than 0 seconds, not -1",
+            ),
+            (
+                "[correctness.tolerance.f16]\nrtol = -1.0\n",
+                "[correctness.tolerance.f16] rtol must be 0 or more, not -1",
             ),
             (
                 "[search]\nelites = 40\n",
