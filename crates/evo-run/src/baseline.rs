@@ -118,6 +118,17 @@ impl Imported {
                 };
                 vars.insert(k, value);
             }
+            // Two times for one shape: which one the fitness is relative to would be
+            // whichever comes first; the file is ambiguous.
+            if let Some(j) = shapes.iter().position(|(v, _)| *v == vars) {
+                refuse!(
+                    "baseline {}: shape #{} repeats shape #{} ({}): give each shape one time",
+                    path.display(),
+                    i + 1,
+                    j + 1,
+                    shape_key(&vars)
+                );
+            }
             shapes.push((vars, e.median_us));
         }
         Ok(Imported {
@@ -505,5 +516,26 @@ mod tests {
         }
         let back: Back = toml::from_str(&shapes_toml(&[shape.clone(), shape.clone()])).unwrap();
         assert_eq!(back.shapes, [shape.clone(), shape]);
+    }
+
+    /// A file with two times for one shape is refused (the fitness would be relative to
+    /// whichever came first); one time per shape loads.
+    #[test]
+    fn a_shape_timed_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("b.json");
+        let write = |times: &[f64]| {
+            let shapes: Vec<serde_json::Value> = times
+                .iter()
+                .map(|t| serde_json::json!({"shape": {"M": 64, "N": 32, "K": 16}, "median_us": t}))
+                .collect();
+            let doc = serde_json::json!({"format": FORMAT, "source": "test", "shapes": shapes});
+            std::fs::write(&file, doc.to_string()).unwrap();
+        };
+        write(&[9.5]);
+        assert_eq!(Imported::load(&file).unwrap().shapes.len(), 1);
+        write(&[9.5, 1.0]);
+        let e = Imported::load(&file).err().expect("refused").to_string();
+        assert!(e.contains("shape #2 repeats shape #1"), "{e}");
     }
 }
