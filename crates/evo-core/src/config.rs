@@ -349,10 +349,11 @@ pub struct SearchSection {
     pub patience: u32,
     /// A candidate more than this much slower than the baseline (0.10 = 10%) ...
     pub regression_tolerance: f64,
-    /// ... on at least this many shapes is `regressed`: it gets no fitness and is timed no
-    /// further once it is. 0 turns the rule off, so every correct genome is timed on every
-    /// shape (what a search for `evo export --per-shape` needs: a genome slow on some
-    /// shapes may be the fastest on others).
+    /// ... on at least this many shapes is `regressed`: it is timed no further once its
+    /// timed shapes make it so (a genome stopped before its last shape has no fitness; one
+    /// timed on every shape keeps its own). 0 turns the rule off, so every correct genome is
+    /// timed on every shape (what a search for `evo export --per-shape` needs: a genome slow
+    /// on some shapes may be the fastest on others).
     pub regression_shapes: usize,
     /// Per GPU: how many of a generation's last genomes may still be in evaluation when
     /// the next generation is proposed (their results join the history of the advance

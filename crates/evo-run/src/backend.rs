@@ -590,7 +590,11 @@ fn replay(landscape: &Landscape, genome: &Genome, started: Instant) -> GenomeRes
     GenomeResult {
         status: p.status,
         gate: p.gate,
-        detail: format!("replay: {}", p.detail),
+        detail: if p.detail.is_empty() {
+            "replay".into()
+        } else {
+            format!("replay: {}", p.detail)
+        },
         shapes: p.shapes.clone(),
         resources: serde_json::json!({"replayed": true}),
         source_key: None,
