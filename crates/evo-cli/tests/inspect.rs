@@ -246,6 +246,17 @@ fn read_commands_never_create_a_database() {
         assert!(!missing.exists(), "{args:?} created {}", missing.display());
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // An empty file is not made a database by a read command.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    evo()
+        .args(["runs", "--db"])
+        .arg(&empty)
+        .assert()
+        .code(1)
+        .stderr(contains("is an empty file, not a population database yet"));
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+    std::fs::remove_file(&empty).unwrap();
     evo()
         .args(["stats", "no-such-run", "--db", db()])
         .assert()

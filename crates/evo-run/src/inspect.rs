@@ -38,6 +38,14 @@ pub async fn open_existing(db: &str) -> Result<Store> {
                 path.display()
             );
         }
+        // An empty file would become a database on opening (a write): a read leaves it.
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            refuse!(
+                "{} is an empty file, not a population database yet: `evo search --db {}` makes it one; pass --db PATH (or set EVO_DB) to read another",
+                path.display(),
+                path.display()
+            );
+        }
     }
     Store::open_to_read(db)
         .await
