@@ -947,11 +947,13 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     for (name, text) in files::fixed_files() {
         write(name, text.as_bytes())?;
     }
-    write("kernel.h", files::kernel_h(&m)?.as_bytes())?;
-    write("README.md", files::readme(&m).as_bytes())?;
+    write(manifest::KERNEL_H, files::kernel_h(&m)?.as_bytes())?;
+    write(manifest::README_MD, files::readme(&m).as_bytes())?;
     m.files = files;
     let text = serde_json::to_string_pretty(&m)? + "\n";
     std::fs::write(o.out.join(MANIFEST), text)
         .with_context(|| format!("writing {}", o.out.join(MANIFEST).display()))?;
+    // The sanitizer verdicts stored here folded into the database file.
+    store.close().await;
     Ok((m, notes))
 }

@@ -23,6 +23,11 @@ pub const SCHEMA: &str = "evo-artifact-3";
 /// The file every artifact has; it is not in its own `files` list.
 pub const MANIFEST: &str = "manifest.json";
 
+/// The files `evo export` generates from the manifest (besides the variants' and the
+/// fixed ones of [`crate::files::fixed_files`]): the C++ header and the README.
+pub const KERNEL_H: &str = "kernel.h";
+pub const README_MD: &str = "README.md";
+
 /// Stands for the CUDA include folder of the compiling machine in `nvrtc_options`
 /// (`-I{cuda_include}`): a role, not a path of the machine that exported.
 pub const CUDA_INCLUDE: &str = "{cuda_include}";
@@ -376,14 +381,69 @@ pub enum FileCheck {
 /// Each listed file with its check, and the folder's files the manifest does not name.
 pub type FileChecks = (Vec<(String, FileCheck)>, Vec<String>);
 
+/// Every file an artifact needs besides `manifest.json`, each with what needs it: the
+/// fixed files ([`crate::files::fixed_files`]), the generated ones ([`KERNEL_H`],
+/// [`README_MD`]) and each variant's source, PTX and CUBIN (`evo_kernel.py` and
+/// `kernel.h` load a CUBIN by the name its variant gives). `evo export` writes and hashes
+/// every one of them, so an artifact whose `files` lacks one was edited.
+pub fn needed_files(m: &Manifest) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = crate::files::fixed_files()
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .chain([KERNEL_H.to_string(), README_MD.to_string()])
+        .map(|name| (name, "a file every artifact holds".to_string()))
+        .collect();
+    for v in &m.variants {
+        for (field, name) in [
+            ("source_file", &v.source_file),
+            ("ptx_file", &v.ptx_file),
+            ("cubin_file", &v.cubin_file),
+        ] {
+            out.push((name.clone(), format!("the {field} of variant {}", v.name)));
+        }
+    }
+    out
+}
+
+/// Whether a file name of the manifest stays inside the artifact folder: relative, with
+/// no `..` (nor `.`, a root or a drive prefix) among its components.
+fn inside_artifact(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains("..")
+        && !name.starts_with('/')
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
 /// Checks every file of `manifest.files`; also lists files in the folder that the
-/// manifest does not name (Python's `__pycache__` is ignored).
+/// manifest does not name (Python's `__pycache__` is ignored). Refused (an error, before
+/// any file is read): a name outside the artifact folder, and a manifest that lists no
+/// hash for a file the artifact needs ([`needed_files`]): without one, that file could
+/// be changed unseen.
 pub(crate) fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
+    let needed = needed_files(m);
+    for name in m.files.keys().chain(needed.iter().map(|(name, _)| name)) {
+        if !inside_artifact(name) {
+            bail!("manifest names a file outside the artifact: `{name}`");
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let unlisted: Vec<String> = needed
+        .iter()
+        .filter(|(name, _)| !m.files.contains_key(name) && seen.insert(name.as_str()))
+        .map(|(name, why)| format!("{name} ({why})"))
+        .collect();
+    if !unlisted.is_empty() {
+        bail!(
+            "manifest.json's `files` lists no SHA-256 for {} file{} the artifact needs: {}; such a file could be changed unseen, so the artifact is not checked (its `files` was edited). Export it again with `evo export`",
+            unlisted.len(),
+            if unlisted.len() == 1 { "" } else { "s" },
+            unlisted.join(", ")
+        );
+    }
     let mut out = Vec::new();
     for (name, expected) in &m.files {
-        if name.contains("..") || name.starts_with('/') {
-            bail!("manifest names a file outside the artifact: {name}");
-        }
         let check = match std::fs::read(dir.join(name)) {
             Ok(bytes) => {
                 let actual = sha256_hex(&bytes);

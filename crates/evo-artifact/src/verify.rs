@@ -2,7 +2,10 @@
 //! caller shows each result before the next step (and a step that fails ends it):
 //!
 //! 1. [`check_hashes`]: every file against its SHA-256 in the manifest (a modified or
-//!    missing file fails the check, and no kernel of a modified artifact is run).
+//!    missing file fails the check, and no kernel of a modified artifact is run). A
+//!    manifest that lists no hash for a file the artifact needs (a fixed file, or a
+//!    variant's source, PTX or CUBIN: [`needed_files`](crate::manifest::needed_files)) is
+//!    refused: its `files` was edited, and that file could be changed unseen.
 //! 2. [`check_consistency`]: every variant's genome against its hash, and its source
 //!    against what the genome renders to with this evo's templates in its run's
 //!    specialization (the manifest is not hashed: an edited genome or hash fails here);
@@ -302,8 +305,12 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
 }
 
 /// Step 1: the manifest of the artifact in `dir`, and every file it lists against its
-/// hash (`files` and `extra_files` of the report). A bad file ([`Report::bad_files`])
-/// ends the verify: no kernel of a modified artifact is run.
+/// hash (`files` and `extra_files` of the report: files of the folder the artifact does
+/// not need, e.g. a user's notes, are only listed). A bad file ([`Report::bad_files`])
+/// ends the verify: no kernel of a modified artifact is run. An error: a file the
+/// artifact needs ([`needed_files`](crate::manifest::needed_files)) with no hash in the
+/// manifest (say, `files` emptied and `evo_kernel.py` edited), or a name outside the
+/// folder.
 pub fn check_hashes(dir: &Path) -> crate::error::Result<(Manifest, Report)> {
     let m = Manifest::read(dir)?;
     let (files, extra_files) = check_files(dir, &m)?;

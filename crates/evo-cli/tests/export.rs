@@ -1657,6 +1657,152 @@ fn export_needs_the_sanitizer_gate() {
     }
 }
 
+/// verify trusts no file the manifest does not hash: a manifest whose `files` lacks a
+/// file the artifact needs (one CUBIN's entry removed and that CUBIN corrupted; `files`
+/// emptied and evo_kernel.py edited) is refused, exit 1, naming the file and saying to
+/// export again; so is a file name outside the folder; files the artifact does not need
+/// (Python's `__pycache__`, a user's notes) are only noted.
+#[test]
+fn verify_refuses_a_manifest_that_does_not_hash_a_needed_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let ids = fixture(&db);
+    let out = tmp.path().join("art");
+    store_sanitizer_verdict(
+        &db,
+        ids["second"],
+        serde_json::json!({"verdict": "clean", "reports": []}),
+    );
+    evo(&db)
+        .arg("export")
+        .arg(ids["second"].to_string())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let clean: Json = serde_json::from_str(&text).unwrap();
+    let listed = clean["files"].as_object().unwrap().len();
+    let variants = clean["variants"].as_array().unwrap();
+    assert_eq!(listed, 3 * variants.len() + 6, "{}", clean["files"]);
+    let no_gpu = evo_gpu::device::probe()
+        .map(|i| i.devices.is_empty())
+        .unwrap_or(true);
+
+    // (c) Clean, with files the artifact does not need: the hashes pass, the notes are
+    // notes (no GPU here: exit 3 after the GPU-free checks).
+    std::fs::create_dir(out.join("__pycache__")).unwrap();
+    std::fs::write(out.join("__pycache__/x.pyc"), b"bytecode").unwrap();
+    std::fs::write(out.join("notes.txt"), b"my notes").unwrap();
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let o = v.get_output();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        stdout.contains(&format!("hashes: ok ({listed} files)")),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stdout.contains("note: notes.txt is not part of the artifact"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("__pycache__"), "{stdout}");
+    assert!(
+        stdout.contains("genomes: every variant"),
+        "{stdout}{stderr}"
+    );
+    if no_gpu {
+        assert_eq!(o.status.code(), Some(3), "{stdout}{stderr}");
+    }
+
+    let refused = |needles: &[&str]| {
+        for json in [false, true] {
+            let mut c = evo(&db);
+            if json {
+                c.arg("--json");
+            }
+            let a = c.arg("verify").arg(&out).assert().code(1);
+            let stdout = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+            let stderr = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+            for needle in needles {
+                assert!(stderr.contains(needle), "{needle}: {stderr}");
+            }
+            assert!(!stdout.contains("hashes: ok"), "{stdout}");
+            assert!(!stdout.contains("genomes:"), "{stdout}");
+        }
+    };
+
+    // (a) One CUBIN's entry removed from `files`, and that CUBIN corrupted.
+    let cubin_name = variants[0]["cubin_file"].as_str().unwrap().to_string();
+    let cubin = out.join(&cubin_name);
+    let cubin_bytes = std::fs::read(&cubin).unwrap();
+    let mut edited = clean.clone();
+    edited["files"]
+        .as_object_mut()
+        .unwrap()
+        .remove(&cubin_name)
+        .unwrap();
+    std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+    let mut bytes = cubin_bytes.clone();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    std::fs::write(&cubin, &bytes).unwrap();
+    refused(&[
+        "lists no SHA-256 for 1 file the artifact needs",
+        &format!(
+            "{cubin_name} (the cubin_file of variant {})",
+            variants[0]["name"].as_str().unwrap()
+        ),
+        "Export it again with `evo export`",
+    ]);
+    // The same with the CUBIN intact: still refused (a manifest without the hash proves
+    // nothing about the file).
+    std::fs::write(&cubin, &cubin_bytes).unwrap();
+    refused(&[&cubin_name, "Export it again"]);
+
+    // (b) `files` emptied and evo_kernel.py edited.
+    let mut edited = clean.clone();
+    edited["files"] = serde_json::json!({});
+    std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+    let py = std::fs::read_to_string(out.join("evo_kernel.py")).unwrap();
+    std::fs::write(
+        out.join("evo_kernel.py"),
+        format!("{py}\nimport os  # an adversary's line\n"),
+    )
+    .unwrap();
+    let mut needles: Vec<String> = vec![
+        format!("lists no SHA-256 for {listed} files the artifact needs"),
+        "evo_kernel.py (a file every artifact holds)".into(),
+        "Export it again with `evo export`".into(),
+    ];
+    for name in clean["files"].as_object().unwrap().keys() {
+        needles.push(format!("{name} ("));
+    }
+    refused(&needles.iter().map(String::as_str).collect::<Vec<_>>());
+    std::fs::write(out.join("evo_kernel.py"), &py).unwrap();
+
+    // Names outside the folder stay refused, listed or not.
+    for bad in ["../kernel.cubin", "/tmp/kernel.cubin"] {
+        let mut edited = clean.clone();
+        edited["variants"][0]["cubin_file"] = Json::from(bad);
+        std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+        refused(&["outside the artifact", bad]);
+        edited["files"][bad] = Json::from(sha256(&cubin));
+        std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+        refused(&["outside the artifact", bad]);
+    }
+
+    // Restored: verify passes the hashes again.
+    std::fs::write(out.join("manifest.json"), &text).unwrap();
+    evo(&db)
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .stdout(predicates::str::contains(format!(
+            "hashes: ok ({listed} files)"
+        )));
+}
+
 /// The gates ran on the search's build of a genome: an export whose build differs (the
 /// compile key the search stored is not the one here: a template, option or NVRTC changed
 /// since) is refused with what to do, and --unchecked-build exports it with a note and
