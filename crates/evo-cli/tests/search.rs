@@ -844,6 +844,58 @@ fn search_reports_in_json() {
     assert!(report["statuses"].is_object(), "{report}");
 }
 
+/// A replay run started with a relative landscape path resumes from another directory:
+/// the run stores the file's absolute path.
+#[test]
+fn a_replay_run_resumes_from_another_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let config = dir.path().join("gemm.toml");
+    let text = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "family = \"gemm_mma\"",
+            &format!(
+                "family = \"gemm_mma\"\ntemplates = \"{}\"",
+                root().join("templates").display()
+            ),
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("population.db");
+    let search = |cwd: &Path, args: &[&str]| {
+        Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(cwd)
+            .env("EVO_CACHE_DIR", dir.path().join("cache"))
+            .args(["search", "--no-progress", "--budget", "1gen", "--db"])
+            .arg(&db)
+            .args(args)
+            .assert()
+    };
+    search(
+        dir.path(),
+        &[
+            "-c",
+            "gemm.toml",
+            "--run",
+            "rel",
+            "--evaluator",
+            "replay:landscape.json",
+        ],
+    )
+    .success();
+    search(&root(), &["--resume", "rel"]).success();
+    // Naming the same file relative to the run's first directory still matches.
+    search(
+        dir.path(),
+        &["--resume", "rel", "--evaluator", "replay:landscape.json"],
+    )
+    .success();
+}
+
 /// SIGTERM (what a batch scheduler sends) stops a search like Ctrl-C: the evaluations in
 /// flight are saved, the run is interrupted (not left running) and resumable.
 #[test]

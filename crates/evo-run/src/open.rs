@@ -211,6 +211,18 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
     })
 }
 
+/// An evaluator label with a replay file's path made absolute, so the run it is stored
+/// with resumes (and is joined) from any working directory.
+fn absolute_label(label: &str) -> String {
+    match label.strip_prefix("replay:") {
+        Some(file) => match std::path::absolute(file) {
+            Ok(path) => format!("replay:{}", path.display()),
+            Err(_) => label.to_string(),
+        },
+        None => label.to_string(),
+    }
+}
+
 /// The evaluator: a run keeps its own, so every host of it evaluates the same way.
 fn evaluating(
     request: &RunRequest,
@@ -218,12 +230,12 @@ fn evaluating(
     config: &SearchConfig,
 ) -> Result<Evaluating> {
     let label = match (&request.evaluator, existing) {
-        (Some(e), Some(run)) if *e != run.evaluator => refuse!(
+        (Some(e), Some(run)) if *e != run.evaluator && absolute_label(e) != run.evaluator => refuse!(
             "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
             run.name,
             run.evaluator
         ),
-        (Some(e), _) => e.clone(),
+        (Some(e), _) => absolute_label(e),
         (None, Some(run)) => run.evaluator.clone(),
         (None, None) => "gpu".into(),
     };
