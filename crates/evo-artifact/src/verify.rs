@@ -157,10 +157,17 @@ fn prepare(
             .with_context(|| format!("{}: launch rules on {key}", v.name))?;
         if let Some(rec) = v.shapes.iter().find(|s| s.shape == *shape) {
             if rec.launches != dims {
+                let list = |d: &[evo_core::LaunchDims]| {
+                    d.iter()
+                        .map(|d| format!("({d})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 bail!(
-                    "{}: the manifest's launches on {key} are {:?}, its launch rules give {dims:?}",
+                    "{}: the manifest's launches on {key} are {}, its launch rules give {}",
                     v.name,
-                    rec.launches
+                    list(&rec.launches),
+                    list(&dims)
                 );
             }
         }

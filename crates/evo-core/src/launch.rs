@@ -29,6 +29,19 @@ impl LaunchDims {
     }
 }
 
+/// `grid 8x8x1, block 192x1x1, 73792 B shared` (for messages).
+impl std::fmt::Display for LaunchDims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [gx, gy, gz] = self.grid;
+        let [bx, by, bz] = self.block;
+        write!(
+            f,
+            "grid {gx}x{gy}x{gz}, block {bx}x{by}x{bz}, {} B shared",
+            self.shared_bytes
+        )
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum LaunchError {
     #[error(transparent)]
@@ -109,6 +122,16 @@ impl LaunchRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dims_read_as_words() {
+        let d = LaunchDims {
+            grid: [8, 8, 1],
+            block: [192, 1, 1],
+            shared_bytes: 73792,
+        };
+        assert_eq!(d.to_string(), "grid 8x8x1, block 192x1x1, 73792 B shared");
+    }
     use crate::value::Value;
 
     fn rule() -> LaunchRule {
