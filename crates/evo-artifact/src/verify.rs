@@ -293,7 +293,7 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
             .unwrap_or_else(|| rendered.lines().count().min(file.lines().count()))
             + 1;
         bail!(
-            "{}: {} is not the source genome `{}` renders to with this evo's templates (first difference at line {line}): the genome in manifest.json or the templates changed since the export (evo {exported_by} exported it; this is evo {})",
+            "{}: {} is not the source genome `{}` renders to with this evo's templates (first difference at line {line}): the genome, specialization or architecture in manifest.json, or the templates, changed since the export (evo {exported_by} exported it; this is evo {})",
             v.name,
             v.source_file,
             v.genome,
