@@ -5,6 +5,11 @@
 //! Human output goes to stdout, errors to stderr, logs (tracing, `RUST_LOG`) to stderr.
 //! Exit codes: 0 success; 1 an error (bad input, a failed compile, ...); 2 a usage
 //! error; 3 a required CUDA component is missing (NVRTC, headers, driver or GPU).
+//! A reader that closes stdout early (`evo elites | head`) ends the command quietly with
+//! 0, or with its verdict where that was decided before printing (see [`output`]).
+
+// Stdout is written through output's `out!`/`outln!` only: `print!` panics on a closed pipe.
+#![deny(clippy::print_stdout)]
 
 mod cli;
 mod commands;
@@ -84,6 +89,8 @@ fn main() -> ExitCode {
         .init();
     match commands::run(args) {
         Ok(code) => code,
+        // Stdout closed by its reader: stop quietly, as `rg ... | head` does.
+        Err(e) if output::stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", in_words(&e));
             let missing = e.chain().any(|c| {

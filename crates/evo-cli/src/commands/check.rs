@@ -15,7 +15,7 @@ use evo_kernels::handwritten;
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::output::{print_json, table};
+use crate::output::{closed_ok, exit_code, outln, print_json, table};
 use crate::setup;
 
 #[derive(Serialize)]
@@ -212,13 +212,14 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         }
     };
 
-    if json {
-        print_json(&verdicts)?;
+    let printed = if json {
+        print_json(&verdicts)
     } else {
-        print_human(problem, &verdicts, device.as_ref(), &arch);
-    }
+        print_human(problem, &verdicts, device.as_ref(), &arch)
+    };
     let undecided = verdicts.iter().filter(|v| !v.decided).count();
     if undecided > 0 {
+        closed_ok(printed)?;
         return Err(crate::MissingComponent(format!(
             "{undecided} kernel(s) passed compile, static and ABI checks for {arch}; correctness, timing and the sanitizers need a GPU (the CUDA driver sees none here)"
         ))
@@ -228,11 +229,12 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         Some(m) => m,
         None => v.verdict.status == Status::Evaluated,
     });
-    Ok(if ok {
+    let code = if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    };
+    exit_code(printed, code)
 }
 
 /// A file's candidate, with what its header says.
@@ -393,19 +395,21 @@ fn print_human(
     verdicts: &[FileVerdict],
     device: Option<&evo_gpu::device::DeviceInfo>,
     arch: &str,
-) {
+) -> Result<()> {
     match device {
-        Some(d) => println!(
+        Some(d) => outln!(
             "device: {} (sm_{}{})",
-            d.name, d.compute_capability.0, d.compute_capability.1
-        ),
-        None => println!("device: none (compile, static and ABI checks only, for {arch})"),
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1
+        )?,
+        None => outln!("device: none (compile, static and ABI checks only, for {arch})")?,
     }
     if verdicts.len() == 1 {
         let f = &verdicts[0];
         let v = &f.verdict;
-        println!("{}", v.label);
-        let gate = |name: &str, state: String| println!("  {name:<12} {state}");
+        outln!("{}", v.label)?;
+        let gate = |name: &str, state: String| outln!("  {name:<12} {state}");
         match &v.compile {
             Some(c) if v.status != Status::CompileFailed => gate(
                 "compile",
@@ -415,15 +419,15 @@ fn print_human(
                     if c.cached { ", cached" } else { "" },
                     c.arch
                 ),
-            ),
-            _ => gate("compile", format!("FAILED\n{}", v.detail)),
+            )?,
+            _ => gate("compile", format!("FAILED\n{}", v.detail))?,
         }
         if v.status == Status::CompileFailed {
-            return;
+            return Ok(());
         }
         if v.status == Status::RejectedStatic {
-            gate("static", format!("REJECTED: {}", v.detail));
-            return;
+            gate("static", format!("REJECTED: {}", v.detail))?;
+            return Ok(());
         }
         for k in &v.static_kernels {
             gate(
@@ -438,11 +442,11 @@ fn print_human(
                     k.blocks_per_sm,
                     k.tensor_ops.as_ref().map(|t| format!(", tensor ops {t:?}")).unwrap_or_default()
                 ),
-            );
+            )?;
         }
         if !f.decided {
-            gate("correctness", "needs a GPU".into());
-            return;
+            gate("correctness", "needs a GPU".into())?;
+            return Ok(());
         }
         if let Some(r) = &f.sanitizer {
             let counts: Vec<String> = r
@@ -461,7 +465,7 @@ fn print_human(
                     None => format!("ok: {} errors ({:.1} s)", counts.join(", "), r.seconds),
                     Some(x) => format!("FINDING: {x}"),
                 },
-            );
+            )?;
         }
         match v.status {
             Status::Evaluated => {
@@ -474,7 +478,7 @@ fn print_human(
                         r.shapes.len(),
                         v.seeds
                     ),
-                );
+                )?;
                 let mut t = table(&[
                     "shape",
                     "max abs err",
@@ -507,7 +511,7 @@ fn print_human(
                         peak,
                     ]);
                 }
-                println!("{t}");
+                outln!("{t}")?;
                 gate(
                     "timing",
                     if r.shapes.iter().any(|s| s.timing.is_some()) {
@@ -515,7 +519,7 @@ fn print_human(
                     } else {
                         "skipped".into()
                     },
-                );
+                )?;
             }
             status => gate(
                 "correctness",
@@ -525,9 +529,9 @@ fn print_human(
                     v.gate.map(|g| format!("{g:?}")).unwrap_or_default(),
                     v.detail
                 ),
-            ),
+            )?,
         }
-        return;
+        return Ok(());
     }
     let mut t = table(&["file", "expected", "got", "", "detail"]);
     for f in verdicts {
@@ -560,10 +564,11 @@ fn print_human(
             detail,
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     let with = verdicts.iter().filter(|f| f.matched.is_some()).count();
     let matched = verdicts.iter().filter(|f| f.matched == Some(true)).count();
     if with > 0 {
-        println!("{matched} of {with} verdicts as expected");
+        outln!("{matched} of {with} verdicts as expected")?;
     }
+    Ok(())
 }

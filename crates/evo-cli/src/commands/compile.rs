@@ -9,7 +9,7 @@ use evo_gpu::{CompileCache, CompileRequest, Compiled, Compiler, SassCounts};
 use serde::Serialize;
 
 use crate::cli::{GenomeArgs, TargetArgs};
-use crate::output::{bytes, print_json, table};
+use crate::output::{bytes, exit_code, outln, print_json, table};
 use crate::setup::{self, Picking};
 
 pub struct Options<'a> {
@@ -134,16 +134,17 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         });
     }
     let failed = reports.iter().filter(|r| !r.compiled.success).count();
-    if o.json {
-        print_json(&reports)?;
+    let printed = if o.json {
+        print_json(&reports)
     } else {
-        print_human(&loaded, &compiler, &reports, wall, o.all);
-    }
-    Ok(if failed > 0 {
+        print_human(&loaded, &compiler, &reports, wall, o.all)
+    };
+    let code = if failed > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
+    };
+    exit_code(printed, code)
 }
 
 fn print_human(
@@ -152,14 +153,14 @@ fn print_human(
     reports: &[VariantReport],
     wall: std::time::Duration,
     summary_only: bool,
-) {
-    println!(
+) -> Result<()> {
+    outln!(
         "target {} ({}), NVRTC {}, options: {}",
         compiler.arch(),
         loaded.target.reason,
         compiler.nvrtc_version(),
         compiler.options().join(" ")
-    );
+    )?;
     let entry = loaded
         .family
         .launches
@@ -224,9 +225,9 @@ fn print_human(
         ]);
     }
     if !summary_only || reports.len() <= 40 {
-        println!("{t}");
+        outln!("{t}")?;
         if reports.len() == 1 {
-            println!("genome {}", reports[0].genome);
+            outln!("genome {}", reports[0].genome)?;
         }
     }
     let failed: Vec<&VariantReport> = reports.iter().filter(|r| !r.compiled.success).collect();
@@ -239,7 +240,7 @@ fn print_human(
         .filter(|r| !r.compiled.cached && r.compiled.success)
         .map(|r| r.compiled.compile_ms)
         .collect();
-    println!(
+    outln!(
         "{} variants: {} compiled, {} failed, {} with spills; {} from cache; wall {:.1} s{}",
         reports.len(),
         reports.len() - failed.len(),
@@ -256,7 +257,7 @@ fn print_human(
                 fresh.iter().cloned().fold(0.0, f64::max)
             )
         }
-    );
+    )?;
     for r in failed {
         eprintln!(
             "--- {} ({}) failed to compile:\n{}",
@@ -265,4 +266,5 @@ fn print_human(
             r.compiled.log.trim_end()
         );
     }
+    Ok(())
 }

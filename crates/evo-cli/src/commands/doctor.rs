@@ -9,7 +9,7 @@ use evo_gpu::{CompileCache, CudaInstall};
 use evo_kernels::Family;
 use serde::Serialize;
 
-use crate::output::{bytes, print_json};
+use crate::output::{bytes, exit_code, outln, print_json};
 
 #[derive(Serialize)]
 struct Check<T: Serialize> {
@@ -164,21 +164,22 @@ pub fn run(templates: Option<&Path>, compile_only: bool, json: bool) -> Result<E
         can_compile,
         can_search,
     };
-    if json {
-        print_json(&report)?;
+    let printed = if json {
+        print_json(&report)
     } else {
-        print_human(&report);
-    }
+        print_human(&report)
+    };
     let ready = if compile_only {
         report.can_compile
     } else {
         report.can_search
     };
-    Ok(if ready {
+    let code = if ready {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(crate::EXIT_MISSING)
-    })
+    };
+    exit_code(printed, code)
 }
 
 fn mark(ok: bool) -> &'static str {
@@ -189,41 +190,41 @@ fn mark(ok: bool) -> &'static str {
     }
 }
 
-fn print_human(r: &Report) {
-    println!("evo {}", r.evo_version);
+fn print_human(r: &Report) -> Result<()> {
+    outln!("evo {}", r.evo_version)?;
     match (&r.cuda.found, &r.cuda.problem) {
         (Some(c), _) => {
-            println!(
+            outln!(
                 "{} CUDA compiler pieces at {} ({:?})",
                 mark(true),
                 c.root.display(),
                 c.origin
-            );
-            println!("     NVRTC     {}", c.nvrtc.display());
-            println!("     headers   {}", c.include.display());
+            )?;
+            outln!("     NVRTC     {}", c.nvrtc.display())?;
+            outln!("     headers   {}", c.include.display())?;
             match &c.cuobjdump {
-                Some(p) => println!("     cuobjdump {}", p.display()),
-                None => println!("     cuobjdump not found: no SASS inspection (scripts/install-cuda.sh installs it)"),
+                Some(p) => outln!("     cuobjdump {}", p.display())?,
+                None => outln!("     cuobjdump not found: no SASS inspection (scripts/install-cuda.sh installs it)")?,
             }
         }
-        (None, Some(p)) => println!("{} CUDA compiler pieces: {p}", mark(false)),
+        (None, Some(p)) => outln!("{} CUDA compiler pieces: {p}", mark(false))?,
         _ => {}
     }
     match (&r.nvrtc_version.found, &r.nvrtc_version.problem) {
-        (Some(v), _) => println!("{} NVRTC version {v}", mark(true)),
-        (None, Some(p)) => println!("{} NVRTC: {p}", mark(false)),
+        (Some(v), _) => outln!("{} NVRTC version {v}", mark(true))?,
+        (None, Some(p)) => outln!("{} NVRTC: {p}", mark(false))?,
         _ => {}
     }
     match (&r.driver.found, &r.driver.problem) {
         (Some(d), _) => {
-            println!(
+            outln!(
                 "{} driver: CUDA {}.{}",
                 mark(true),
                 d.cuda_version / 1000,
                 (d.cuda_version % 1000) / 10
-            );
+            )?;
             for g in &d.devices {
-                println!(
+                outln!(
                     "     GPU {}: {} (sm_{}{}), {} SMs, {} memory, {} L2, {} shared per block, {} MHz",
                     g.ordinal,
                     g.name,
@@ -234,28 +235,28 @@ fn print_human(r: &Report) {
                     bytes(g.l2_bytes as u64),
                     bytes(g.max_smem_per_block_optin as u64),
                     g.clock_mhz
-                );
+                )?;
             }
         }
-        (None, Some(p)) => println!("{} GPU: {p}", mark(false)),
+        (None, Some(p)) => outln!("{} GPU: {p}", mark(false))?,
         _ => {}
     }
     if r.nvrtc_driver_compatible == Some(false) {
-        println!("MISSING NVRTC is newer than the driver: its PTX will not load; install NVRTC 13.0 (scripts/install-cuda.sh) or point EVO_CUDA_HOME at a matching toolkit");
+        outln!("MISSING NVRTC is newer than the driver: its PTX will not load; install NVRTC 13.0 (scripts/install-cuda.sh) or point EVO_CUDA_HOME at a matching toolkit")?;
     }
     match (&r.templates.found, &r.templates.problem) {
-        (Some(t), _) => println!("{} templates at {}", mark(true), t.display()),
-        (None, Some(p)) => println!("{} templates: {p}", mark(false)),
+        (Some(t), _) => outln!("{} templates at {}", mark(true), t.display())?,
+        (None, Some(p)) => outln!("{} templates: {p}", mark(false))?,
         _ => {}
     }
     for f in &r.families {
         match &f.error {
-            None => println!("     family {}/{}: loads", f.problem, f.family),
-            Some(e) => println!("     family {}/{}: BROKEN: {e}", f.problem, f.family),
+            None => outln!("     family {}/{}: loads", f.problem, f.family)?,
+            Some(e) => outln!("     family {}/{}: BROKEN: {e}", f.problem, f.family)?,
         }
     }
-    println!("     compile cache {}", r.compile_cache.display());
-    println!(
+    outln!("     compile cache {}", r.compile_cache.display())?;
+    outln!(
         "     database {} ({})",
         r.database.display(),
         if r.database_exists {
@@ -263,8 +264,8 @@ fn print_human(r: &Report) {
         } else {
             "created by the first search"
         }
-    );
-    println!(
+    )?;
+    outln!(
         "can compile: {}; can search: {}",
         if r.can_compile { "yes" } else { "no" },
         if r.can_search {
@@ -272,5 +273,6 @@ fn print_human(r: &Report) {
         } else {
             "no (needs a GPU with its driver)"
         }
-    );
+    )?;
+    Ok(())
 }

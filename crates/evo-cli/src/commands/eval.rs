@@ -13,7 +13,7 @@ use evo_gpu::Compiler;
 use serde::Serialize;
 
 use crate::cli::TargetArgs;
-use crate::output::{print_json, table};
+use crate::output::{exit_code, outln, print_json, table};
 use crate::setup::{self, Picking};
 
 pub struct Options<'a> {
@@ -189,76 +189,87 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         evaluator.pool.shutdown().await;
         out
     });
-    if o.json {
-        print_json(&results)?;
+    let printed = if o.json {
+        print_json(&results)
     } else {
-        println!(
-            "device: {} ({arch}); {} genomes",
-            device.name,
-            results.len()
-        );
-        let mut t = table(&[
-            "genome",
-            "status",
-            "shape",
-            "max abs err",
-            "rel L2",
-            "median µs",
-            "TFLOP/s",
-        ]);
-        for r in &results {
-            let mut first = true;
-            for v in &r.verdicts {
-                let label = if first { r.hash.clone() } else { String::new() };
-                first = false;
-                match &v.result {
-                    Some(res) if v.status == Status::Evaluated => {
-                        for s in &res.shapes {
-                            let w = s.worst().cloned().unwrap_or_default();
-                            t.add_row(vec![
-                                label.clone(),
-                                v.status.name().to_string(),
-                                problem.shape_text(&s.vars),
-                                format!("{:.2e}", w.max_abs),
-                                s.rel_l2_text(),
-                                s.timing
-                                    .as_ref()
-                                    .map_or("-".into(), |t| format!("{:.2}", t.median_us)),
-                                s.timing
-                                    .as_ref()
-                                    .map_or("-".into(), |t| format!("{:.1}", t.tflops)),
-                            ]);
-                        }
-                    }
-                    _ => {
-                        t.add_row(vec![
-                            label,
-                            v.status.name().to_string(),
-                            v.label.split('@').nth(1).unwrap_or("").to_string(),
-                            v.detail
-                                .lines()
-                                .next()
-                                .unwrap_or("")
-                                .chars()
-                                .take(90)
-                                .collect(),
-                            String::new(),
-                            String::new(),
-                            String::new(),
-                        ]);
-                    }
-                }
-            }
-        }
-        println!("{t}");
-        for r in &results {
-            println!("{}  {}  {}", r.hash, r.status().name(), r.genome);
-        }
-    }
+        print_human(&device, &arch, problem, &results)
+    };
     let all_ok = results.iter().all(|r| r.status() == Status::Evaluated);
-    Ok(if all_ok {
+    let code = if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    };
+    exit_code(printed, code)
+}
+
+fn print_human(
+    device: &evo_gpu::device::DeviceInfo,
+    arch: &str,
+    problem: &dyn evo_kernels::Problem,
+    results: &[GenomeVerdict],
+) -> Result<()> {
+    outln!(
+        "device: {} ({arch}); {} genomes",
+        device.name,
+        results.len()
+    )?;
+    let mut t = table(&[
+        "genome",
+        "status",
+        "shape",
+        "max abs err",
+        "rel L2",
+        "median µs",
+        "TFLOP/s",
+    ]);
+    for r in results {
+        let mut first = true;
+        for v in &r.verdicts {
+            let label = if first { r.hash.clone() } else { String::new() };
+            first = false;
+            match &v.result {
+                Some(res) if v.status == Status::Evaluated => {
+                    for s in &res.shapes {
+                        let w = s.worst().cloned().unwrap_or_default();
+                        t.add_row(vec![
+                            label.clone(),
+                            v.status.name().to_string(),
+                            problem.shape_text(&s.vars),
+                            format!("{:.2e}", w.max_abs),
+                            s.rel_l2_text(),
+                            s.timing
+                                .as_ref()
+                                .map_or("-".into(), |t| format!("{:.2}", t.median_us)),
+                            s.timing
+                                .as_ref()
+                                .map_or("-".into(), |t| format!("{:.1}", t.tflops)),
+                        ]);
+                    }
+                }
+                _ => {
+                    t.add_row(vec![
+                        label,
+                        v.status.name().to_string(),
+                        v.label.split('@').nth(1).unwrap_or("").to_string(),
+                        v.detail
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .chars()
+                            .take(90)
+                            .collect(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                    ]);
+                }
+            }
+        }
+    }
+    outln!("{t}")?;
+    for r in results {
+        outln!("{}  {}  {}", r.hash, r.status().name(), r.genome)?;
+    }
+    Ok(())
 }

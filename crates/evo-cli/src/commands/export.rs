@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use evo_artifact::{ExportOptions, MANIFEST};
 
+use crate::output::outln;
+
 pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     let evo_artifact::Exported { manifest, notes } = rt.block_on(evo_artifact::export(&o))?;
@@ -15,7 +17,7 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
         for n in &notes {
             eprintln!("note: {n}");
         }
-        println!(
+        outln!(
             "exported run{} {} ({} variant{}) to {}",
             if manifest.sources.len() == 1 { "" } else { "s" },
             manifest
@@ -31,7 +33,7 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
                 "s"
             },
             o.out.display()
-        );
+        )?;
         let problem = evo_kernels::problem(&manifest.problem).expect("known");
         for v in &manifest.variants {
             let timed: Vec<String> = v
@@ -46,7 +48,7 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
                     )
                 })
                 .collect();
-            println!(
+            outln!(
                 "  {:<18} {} candidate {} of run {} [{}] {}: {}",
                 v.name,
                 v.family,
@@ -55,23 +57,23 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
                 v.genome_hash,
                 v.status,
                 timed.join("; ")
-            );
+            )?;
         }
         if manifest.dispatch.mode == "per_shape" {
             for e in &manifest.dispatch.table {
-                println!("  dispatch {} -> {}", e.key_text(), e.variant);
+                outln!("  dispatch {} -> {}", e.key_text(), e.variant)?;
             }
         }
-        println!(
+        outln!(
             "  files: {} {}",
             MANIFEST,
             manifest.files.keys().cloned().collect::<Vec<_>>().join(" ")
-        );
-        println!("  check it: evo verify {}", o.out.display());
-        println!(
+        )?;
+        outln!("  check it: evo verify {}", o.out.display())?;
+        outln!(
             "  time it against PyTorch SDPA: python3 {}/bench.py",
             o.out.display()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

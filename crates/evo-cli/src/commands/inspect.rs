@@ -18,7 +18,7 @@ use evo_run::inspect::{
 use evo_run::Context;
 use serde_json::Value as Json;
 
-use crate::output::{bytes, fitted_table as table, print_json};
+use crate::output::{bytes, fitted_table as table, out, outln, print_json};
 
 /// What `evo show` prints instead of the summary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +113,7 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         if runs.is_empty() {
-            println!("{db} holds no run yet; start one with `evo search`");
+            outln!("{db} holds no run yet; start one with `evo search`")?;
             return Ok(ExitCode::SUCCESS);
         }
         let mut t = table(&[
@@ -162,7 +162,7 @@ pub fn runs(db: &str, json: bool) -> Result<ExitCode> {
                 r.created_at.clone(),
             ]);
         }
-        println!("{t}");
+        outln!("{t}")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -182,31 +182,31 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, wide: bool, json: bool) -
             return Ok(ExitCode::SUCCESS);
         }
         if rows.is_empty() {
-            println!(
+            outln!(
                 "run `{}` has no timed candidate yet (`evo stats {}` says why)",
                 run.name, run.name
-            );
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         let base = baselines(&store, &run).await?;
         let labels = shape_labels(&base, &rows, &evo_run::inspect::shape_order(&run));
         let (varying, common) = varying_knobs(&rows);
-        println!(
+        outln!(
             "run `{}` ({}), top {} by fitness (geometric mean of baseline time / time)",
             run.name,
             run.family,
             rows.len()
-        );
+        )?;
         for (l, k) in &labels {
             // The compact view has the baseline in its shape table.
             let baseline = base.get(k).filter(|_| wide);
-            println!(
+            outln!(
                 "  {l} = {k}{}",
                 baseline.map_or(String::new(), |b| format!("  (baseline {b:.2} µs)"))
-            );
+            )?;
         }
         if !common.is_empty() {
-            println!("  every row has {}", common.join(" "));
+            outln!("  every row has {}", common.join(" "))?;
         }
         let with_resources = rows.iter().any(|r| r.resources != ResourceSummary::default());
         let mut header: Vec<String> = ["rank", "id", "hash"].map(String::from).to_vec();
@@ -258,15 +258,15 @@ pub fn elites(db: &str, run: Option<&str>, top: usize, wide: bool, json: bool) -
             }
             t.add_row(cells);
         }
-        println!("{t}");
+        outln!("{t}")?;
         if !wide {
-            println!("{}", shape_table(&rows, &labels, &base));
+            outln!("{}", shape_table(&rows, &labels, &base))?;
             if rows.len() > COMPACT_RANKS {
-                println!("(times of ranks past #{COMPACT_RANKS}, and TFLOP/s: `--wide`)");
+                outln!("(times of ranks past #{COMPACT_RANKS}, and TFLOP/s: `--wide`)")?;
             }
         }
         if !with_resources {
-            println!("(no resource record, e.g. a replayed run: no regs/smem/spill columns;\n `evo show ID --log` compiles a candidate and prints its ptxas report)");
+            outln!("(no resource record, e.g. a replayed run: no regs/smem/spill columns;\n `evo show ID --log` compiles a candidate and prints its ptxas report)")?;
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -341,12 +341,15 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
             print_json(&serde_json::json!({"run": run.name, "candidate": row}))?;
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        outln!(
             "candidate {} of run `{}` ({}), genome hash {}",
-            row.id, run.name, run.family, row.hash
-        );
-        println!("  genome      {}", row.genome);
-        println!(
+            row.id,
+            run.name,
+            run.family,
+            row.hash
+        )?;
+        outln!("  genome      {}", row.genome)?;
+        outln!(
             "  generation  {} ({}){}",
             row.generation,
             row.origin,
@@ -363,36 +366,36 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
                     .collect();
                 format!(", parents {}", ps.join(", "))
             }
-        );
-        println!(
+        )?;
+        outln!(
             "  status      {}{}",
             row.status,
             row.gate
                 .as_ref()
                 .map_or(String::new(), |g| format!(" at gate {g}"))
-        );
+        )?;
         if let Some(d) = row.detail.as_ref().filter(|d| !d.trim().is_empty()) {
-            println!("  detail      {d}");
+            outln!("  detail      {d}")?;
         }
-        println!(
+        outln!(
             "  fitness     {}",
             row.fitness.map_or("-".into(), |f| format!("{f:.4}x"))
-        );
+        )?;
         if let Some(ms) = row.eval_ms {
-            println!(
+            outln!(
                 "  evaluated   {} in {ms:.0} ms",
                 row.evaluated_at.as_deref().unwrap_or("-")
-            );
+            )?;
         }
         let r = &row.resources;
         if *r != ResourceSummary::default() {
-            println!(
+            outln!(
                 "  resources   {} registers, {} shared, {} spilled, {} tensor-core instructions",
                 opt_u(r.registers),
                 r.smem_bytes.map_or("-".into(), bytes),
                 r.spill_bytes.map_or("-".into(), bytes),
                 opt_u(r.tensor_ops)
-            );
+            )?;
         }
         let (timed, edges): (Vec<&ShapeRow>, Vec<&ShapeRow>) = row
             .shapes
@@ -426,7 +429,7 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
                     s.rel_l2.map_or("-".into(), |x| format!("{x:.2e}")),
                 ]);
             }
-            println!("{t}");
+            outln!("{t}")?;
         }
         if !edges.is_empty() {
             let worst = |f: fn(&ShapeRow) -> Option<f64>| {
@@ -435,17 +438,17 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
                     .filter_map(|s| f(s))
                     .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
             };
-            println!(
+            outln!(
                 "  {} correctness-only edge shapes: worst max abs err {}, worst rel L2 {}",
                 edges.len(),
                 worst(|s| s.max_abs_err).map_or("-".into(), |x| format!("{x:.2e}")),
                 worst(|s| s.rel_l2).map_or("-".into(), |x| format!("{x:.2e}"))
-            );
+            )?;
         }
-        println!(
+        outln!(
             "  (--source, --ptx, --sass, --log print the kernel; `evo lineage {}` its ancestry)",
             row.id
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -470,9 +473,9 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
         } else {
             for (i, s) in &sources {
                 if many {
-                    println!("// ===== specialization {} =====", names[*i]);
+                    outln!("// ===== specialization {} =====", names[*i])?;
                 }
-                print!("{s}");
+                out!("{s}")?;
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -518,11 +521,11 @@ pub fn show(o: ShowOptions) -> Result<ExitCode> {
             }));
         } else {
             if many {
-                println!("// ===== specialization {} =====", names[*i]);
+                outln!("// ===== specialization {} =====", names[*i])?;
             }
-            print!("{text}");
+            out!("{text}")?;
             if !text.ends_with('\n') {
-                println!();
+                outln!()?;
             }
         }
     }
@@ -566,12 +569,12 @@ pub fn lineage(db: &str, id: &str, run: Option<&str>, json: bool) -> Result<Exit
             print_json(&serde_json::json!({"run": run.name, "candidate": c.id, "lineage": steps}))?;
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        outln!(
             "lineage of candidate {} (run `{}`): {} genome(s), oldest first",
             c.id,
             run.name,
             steps.len()
-        );
+        )?;
         let mut t = table(&[
             "gen",
             "id",
@@ -616,7 +619,7 @@ pub fn lineage(db: &str, id: &str, run: Option<&str>, json: bool) -> Result<Exit
                 changes,
             ]);
         }
-        println!("{t}");
+        outln!("{t}")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -703,7 +706,7 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "A = candidate {} [{}] fitness {} ({})\nB = candidate {} [{}] fitness {} ({})",
         ra.id,
         &ra.hash[..8.min(ra.hash.len())],
@@ -713,9 +716,9 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
         &rb.hash[..8.min(rb.hash.len())],
         opt(rb.fitness, 4),
         rb.status
-    );
+    )?;
     if changes.is_empty() {
-        println!("same knobs");
+        outln!("same knobs")?;
     } else {
         let mut t = table(&["knob", "A", "B"]);
         for c in &changes {
@@ -725,12 +728,12 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
                 c.to.clone().unwrap_or_else(|| "-".into()),
             ]);
         }
-        println!("{t}");
-        println!(
+        outln!("{t}")?;
+        outln!(
             "{} of {} knobs differ",
             changes.len(),
             ra.knobs.len().max(rb.knobs.len())
-        );
+        )?;
     }
     if !shapes.is_empty() {
         let mut t = table(&["shape", "A µs", "B µs", "B / A"]);
@@ -743,13 +746,13 @@ pub fn diff(o: DiffOptions) -> Result<ExitCode> {
                 f("b_over_a", 3),
             ]);
         }
-        println!("{t}");
+        outln!("{t}")?;
     }
-    println!("source diff for specialization {spec_name}:");
+    outln!("source diff for specialization {spec_name}:")?;
     if unified.is_empty() {
-        println!("(identical sources)");
+        outln!("(identical sources)")?;
     } else {
-        print!("{unified}");
+        out!("{unified}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -765,10 +768,10 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
             print_json(&s)?;
             return Ok(ExitCode::SUCCESS);
         }
-        println!(
+        outln!(
             "run `{}` ({}): {} candidates, {} pending, {} generations",
             s.run, s.evaluator, s.candidates, s.pending, s.generations
-        );
+        )?;
         let mut t = table(&["status", "gate", "count", "share", "why (most common first)"]);
         let done = (s.candidates - s.pending).max(1) as f64;
         for g in &s.by_status {
@@ -790,23 +793,23 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
                 why.join("\n"),
             ]);
         }
-        println!("{t}");
+        outln!("{t}")?;
         let mut f = table(&["gate funnel", "reached"]);
         for st in &s.funnel {
             f.add_row(vec![st.stage.clone(), st.reached.to_string()]);
         }
-        println!("{f}");
-        println!(
+        outln!("{f}")?;
+        outln!(
             "best fitness (evaluated): {}",
             s.best_fitness.map_or("-".into(), |x| format!("{x:.4}x"))
-        );
-        println!(
+        )?;
+        outln!(
             "evaluations per hour: {} over the run ({} h from the first proposal to the last result), {} in the last invocation",
             opt(s.evaluations_per_hour, 0),
             opt(s.wall_hours, 3),
             opt(s.last_invocation_evaluations_per_hour, 0)
-        );
-        println!(
+        )?;
+        outln!(
             "GPU busy fraction (last invocation): {}{}",
             s.gpu_busy_fraction
                 .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
@@ -815,7 +818,7 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
             } else {
                 ""
             }
-        );
+        )?;
         if !s.last_invocation_stages.is_empty() {
             let mut t = table(&["stage (last invocation)", "total s", "ms per genome"]);
             for st in &s.last_invocation_stages {
@@ -825,10 +828,10 @@ pub fn stats(db: &str, run: Option<&str>, json: bool) -> Result<ExitCode> {
                     format!("{:.0}", st.ms_per_genome),
                 ]);
             }
-            println!("{t}");
-            println!(
+            outln!("{t}")?;
+            outln!(
                 "compile runs on CPU threads ahead of the GPU; sanitizer and the worker's stages hold a GPU; database is this host's waits on the store"
-            );
+            )?;
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -10,6 +10,8 @@ use evo_core::{ShapeMeasurement, Status};
 use evo_eval::landscape::{Landscape, Point, FORMAT};
 use evo_search::StrategyKind;
 
+use crate::output::outln;
+
 pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
@@ -63,12 +65,12 @@ pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
         landscape
             .save(out)
             .with_context(|| format!("writing {}", out.display()))?;
-        println!(
+        outln!(
             "{} genomes of run {} written to {}",
             landscape.points.len(),
             r.name,
             out.display()
-        );
+        )?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -221,7 +223,7 @@ pub fn quality(
     match &o.file {
         Some(file) => {
             let count = |k: &str| header.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-            println!(
+            outln!(
                 "landscape {} ({}, {}): {} of {valid} valid genomes recorded, {} correct; \
                  {} within {:.0}% of the optimum",
                 file.display(),
@@ -231,31 +233,38 @@ pub fn quality(
                 count("correct"),
                 genomes_within[0],
                 o.within * 100.0
-            );
+            )?;
             if count("recorded") < valid as u64 {
-                println!(
+                outln!(
                     "warning: the landscape is not exhaustive over this space; the optimum is the best recorded"
-                );
+                )?;
             }
         }
-        None => println!(
+        None => outln!(
             "{description} ({valid} valid genomes); genomes within {:.0}% of each optimum: {genomes_within:?}",
             o.within * 100.0
-        ),
+        )?,
     }
-    println!(
+    outln!(
         "evaluations to get within {:.0}% of the optimum, {} runs each (budget {valid}), population {population}{}:",
         o.within * 100.0,
         o.seeds * landscapes.len() as u64,
         if o.reverse { ", value lists reversed" } else { "" }
-    );
-    println!(
+    )?;
+    outln!(
         "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9}",
-        "strategy", "min", "p25", "median", "p75", "max", "reached", "ms/gen"
-    );
+        "strategy",
+        "min",
+        "p25",
+        "median",
+        "p75",
+        "max",
+        "reached",
+        "ms/gen"
+    )?;
     for r in &rows {
         let q = |p| quantile(&r.needed, p).map_or("-".into(), |v| format!("{v:.1}"));
-        println!(
+        outln!(
             "{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5}/{:<3} {:>9.1}",
             r.name,
             q(0.0),
@@ -266,7 +275,7 @@ pub fn quality(
             r.needed.len(),
             r.runs,
             r.ms_per_generation
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,7 @@ use evo_kernels::harness::InputKind;
 use evo_kernels::{handwritten, Specializations};
 use serde::Serialize;
 
-use crate::output::{print_json, table};
+use crate::output::{exit_code, outln, print_json, table};
 use crate::setup;
 
 pub struct Options<'a> {
@@ -187,38 +187,44 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         launch,
         tools,
     };
-    if o.json {
-        print_json(&report)?;
-    } else {
-        println!("{} on {} ({})", report.kernel, report.shape, report.launch);
-        let mut t = table(&["tool", "result"]);
-        for (tool, r) in &report.tools {
-            let text = match r {
-                ToolReport::Metrics { metrics } => metrics
-                    .iter()
-                    .map(|(k, (v, u))| format!("{k} = {v} {u}"))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                ToolReport::Sanitizer { errors, summary } => {
-                    format!("{errors} errors\n{}", summary.join("\n"))
-                }
-                ToolReport::Skipped { reason } => format!("skipped: {reason}"),
-                ToolReport::Failed { reason } => format!("FAILED: {reason}"),
-            };
-            t.add_row(vec![tool.clone(), text]);
-        }
-        println!("{t}");
-    }
     let clean = report.tools.iter().all(|(_, r)| match r {
         ToolReport::Sanitizer { errors, .. } => *errors == 0,
         ToolReport::Failed { .. } => false,
         _ => true,
     });
-    Ok(if clean {
+    let printed = if o.json {
+        print_json(&report)
+    } else {
+        print_human(&report)
+    };
+    let code = if clean {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    };
+    exit_code(printed, code)
+}
+
+fn print_human(report: &Report) -> Result<()> {
+    outln!("{} on {} ({})", report.kernel, report.shape, report.launch)?;
+    let mut t = table(&["tool", "result"]);
+    for (tool, r) in &report.tools {
+        let text = match r {
+            ToolReport::Metrics { metrics } => metrics
+                .iter()
+                .map(|(k, (v, u))| format!("{k} = {v} {u}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            ToolReport::Sanitizer { errors, summary } => {
+                format!("{errors} errors\n{}", summary.join("\n"))
+            }
+            ToolReport::Skipped { reason } => format!("skipped: {reason}"),
+            ToolReport::Failed { reason } => format!("FAILED: {reason}"),
+        };
+        t.add_row(vec![tool.clone(), text]);
+    }
+    outln!("{t}")?;
+    Ok(())
 }
 
 /// How `evo run-once` launches: one kernel with the problem's ABI by a launch rule, or a

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::cli::{GenomeArgs, TargetArgs};
+use crate::output::out;
 use crate::setup::{self, Picking};
 
 pub fn run(
@@ -18,7 +19,7 @@ pub fn run(
     let loaded = setup::load(templates, target)?;
     let spec = loaded.spec_index(spec)?;
     for genome in loaded.pick_genomes(pick, force)? {
-        print!("{}", loaded.family.render(&loaded.space, &genome, spec)?);
+        out!("{}", loaded.family.render(&loaded.space, &genome, spec)?)?;
     }
     Ok(ExitCode::SUCCESS)
 }

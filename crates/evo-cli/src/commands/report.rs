@@ -21,6 +21,7 @@ use serde_json::Value as Json;
 use evo_run::inspect::{self as query, CandidateRow, RunStats};
 
 use super::inspect;
+use crate::output::outln;
 
 /// Colour of the points in every scatter chart.
 pub const POINT: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
@@ -107,13 +108,13 @@ pub fn run(db: &str, run: Option<&str>, out: &Path, top: usize, json: bool) -> R
             "results": points.len(),
         }))?;
     } else {
-        println!(
+        outln!(
             "report of run `{}` ({} results, {} with a fitness) written to {}",
             run.name,
             points.len(),
             points.iter().filter(|p| p.fitness.is_some()).count(),
             out.display()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,8 @@ use anyhow::{Context, Result};
 use evo_run::{Budget, HostOptions, Run, RunRequest, Stop, WorkReport};
 use evo_store::Store;
 
+use crate::output::outln;
+
 /// The spinner: counters as its message, generation lines above it, notes on stderr.
 struct Bar(indicatif::ProgressBar);
 
@@ -118,24 +120,26 @@ pub fn run(
         bar.0.enable_steady_tick(Duration::from_millis(250));
         let report = run.work(HostOptions { budget, stop }, &bar).await?;
         bar.0.finish_and_clear();
-        if json {
-            crate::output::print_json(&report)?;
+        let printed = if json {
+            crate::output::print_json(&report)
         } else {
-            print_summary(&report, &db);
-        }
+            print_summary(&report, &db)
+        };
         // Stopped by Ctrl-C or SIGTERM: saved and resumable, but not done (a script or a
-        // batch scheduler must not take it for a finished search).
-        Ok(if report.interrupted {
+        // batch scheduler must not take it for a finished search, even with its stdout
+        // closed early).
+        let code = if report.interrupted {
             ExitCode::from(INTERRUPTED)
         } else {
             ExitCode::SUCCESS
-        })
+        };
+        crate::output::exit_code(printed, code)
     })
 }
 
-fn print_summary(r: &WorkReport, db: &str) {
-    println!("run {}: {}", r.run, r.reason);
-    println!(
+fn print_summary(r: &WorkReport, db: &str) -> Result<()> {
+    outln!("run {}: {}", r.run, r.reason)?;
+    outln!(
         "  {} evaluations here in {:.1} min ({:.0}/hour){}",
         r.evaluated,
         r.wall_s / 60.0,
@@ -148,18 +152,18 @@ fn print_summary(r: &WorkReport, db: &str) {
                 100.0 * r.gpu_ms / (r.wall_s * 1e3 * r.gpus as f64)
             )
         }
-    );
+    )?;
     if !r.gpu_busy.is_empty() {
-        println!(
+        outln!(
             "  per GPU busy: {}",
             r.gpu_busy
                 .iter()
                 .map(|(g, f)| format!("gpu{g} {:.0}%", 100.0 * f))
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  database: {:.2} ms per evaluation ({:.1} s in all; {} generation(s) advanced here{})",
         r.db_ms / (r.evaluated.max(1) as f64),
         r.db_ms / 1e3,
@@ -169,33 +173,34 @@ fn print_summary(r: &WorkReport, db: &str) {
         } else {
             String::new()
         }
-    );
-    println!(
+    )?;
+    outln!(
         "  statuses: {}",
         r.statuses
             .iter()
             .map(|(s, n)| format!("{s} {n}"))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    )?;
     if let Some((fitness, genome, hash)) = &r.best {
         let against = match r.baseline.as_deref() {
             Some(s) if s.starts_with("torch:") => "PyTorch SDPA's speed",
             Some(s) if s.starts_with("genome:") => "the baseline genome's speed",
             _ => "the baseline's speed",
         };
-        println!("  best: {fitness:.4}x {against} (geometric mean over shapes), {genome} [{hash}]");
+        outln!("  best: {fitness:.4}x {against} (geometric mean over shapes), {genome} [{hash}]")?;
         if let Some(source) = &r.baseline {
-            println!("  baseline: {source}");
+            outln!("  baseline: {source}")?;
         }
     }
     if r.interrupted {
-        println!(
+        outln!(
             "  resume with: evo search --resume {} --db {}",
             r.run,
             evo_store::redact_url(db)
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// `evo baseline import FILE --run RUN`: the run's new baseline, every timed candidate
@@ -207,9 +212,9 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<ExitCode> {
             .with_context(|| format!("opening {db}"))?;
         let r = evo_run::baseline::rescore(&store, run, file, db).await?;
         for (key, t) in &r.times {
-            println!("baseline {t:10.2} us  {key}");
+            outln!("baseline {t:10.2} us  {key}")?;
         }
-        println!(
+        outln!(
             "run {}: baseline from {}; {} candidates rescored ({} regressed){}",
             r.run,
             r.source,
@@ -217,7 +222,7 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<ExitCode> {
             r.regressed,
             r.best
                 .map_or(String::new(), |b| format!("; best fitness {b:.4}"))
-        );
+        )?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -24,7 +24,7 @@ use evo_kernels::harness::InputKind;
 use evo_kernels::{handwritten, Problem, VarKind};
 use serde::Serialize;
 
-use crate::output::{print_json, table};
+use crate::output::{exit_code, outln, print_json, table};
 use crate::setup;
 
 #[derive(Serialize)]
@@ -432,35 +432,47 @@ pub fn run(gpu_index: u32, json: bool) -> Result<ExitCode> {
     }
     isolation(gpu_index, target, compiler, &mut rows)?;
     let passed = rows.iter().all(|r| r.passed);
-    if json {
-        print_json(&rows)?;
+    let printed = if json {
+        print_json(&rows)
     } else {
-        println!(
-            "device: {} (sm_{}{})",
-            device.name, device.compute_capability.0, device.compute_capability.1
-        );
-        let mut t = table(&["group", "check", "", "detail"]);
-        for r in &rows {
-            t.add_row(vec![
-                r.group.to_string(),
-                r.name.clone(),
-                if r.passed { "ok" } else { "FAILED" }.to_string(),
-                r.detail.clone(),
-            ]);
-        }
-        println!("{t}");
-        println!(
-            "{}",
-            if passed {
-                "selftest passed"
-            } else {
-                "selftest FAILED"
-            }
-        );
-    }
-    Ok(if passed {
+        print_human(&device, &rows, passed)
+    };
+    let code = if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    };
+    exit_code(printed, code)
+}
+
+fn print_human(
+    device: &evo_gpu::device::DeviceInfo,
+    rows: &[CheckRow],
+    passed: bool,
+) -> Result<()> {
+    outln!(
+        "device: {} (sm_{}{})",
+        device.name,
+        device.compute_capability.0,
+        device.compute_capability.1
+    )?;
+    let mut t = table(&["group", "check", "", "detail"]);
+    for r in rows {
+        t.add_row(vec![
+            r.group.to_string(),
+            r.name.clone(),
+            if r.passed { "ok" } else { "FAILED" }.to_string(),
+            r.detail.clone(),
+        ]);
+    }
+    outln!("{t}")?;
+    outln!(
+        "{}",
+        if passed {
+            "selftest passed"
+        } else {
+            "selftest FAILED"
+        }
+    )?;
+    Ok(())
 }

@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::cli::TargetArgs;
-use crate::output::{print_json, table};
+use crate::output::{outln, print_json, table};
 use crate::setup;
 
 #[derive(Serialize)]
@@ -39,12 +39,9 @@ pub fn run(
     let loaded = setup::load(templates, target)?;
     let space = &loaded.space;
     if list {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
+        // A closed pipe (`| head`) ends the listing: see crate::output.
         for g in space.iter_valid() {
-            if writeln!(out, "{}", g.canonical()).is_err() {
-                break; // closed pipe (e.g. `| head`)
-            }
+            outln!("{}", g.canonical())?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -82,15 +79,18 @@ pub fn run(
         print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "family      {} (problem {}), {}",
-        report.family, report.problem, report.family_file
-    );
-    println!(
+        report.family,
+        report.problem,
+        report.family_file
+    )?;
+    outln!(
         "target      {} ({})",
-        loaded.target.target.arch, loaded.target.reason
-    );
-    println!("specialized {}", report.specializations.join("; "));
+        loaded.target.target.arch,
+        loaded.target.reason
+    )?;
+    outln!("specialized {}", report.specializations.join("; "))?;
     let mut t = table(&["knob", "values"]);
     for k in space.knobs() {
         t.add_row(vec![
@@ -102,32 +102,34 @@ pub fn run(
                 .join(" "),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     let s = &report.stats;
-    println!("raw combinations  {}", s.raw_size);
+    outln!("raw combinations  {}", s.raw_size)?;
     if s.exact {
-        println!("valid genomes     {} (counted exactly)", s.valid);
+        outln!("valid genomes     {} (counted exactly)", s.valid)?;
     } else {
-        println!(
+        outln!(
             "valid genomes     ~{} (estimated from {} random draws, {} valid)",
-            report.estimated_valid, s.examined, s.valid
-        );
+            report.estimated_valid,
+            s.examined,
+            s.valid
+        )?;
     }
     if s.eval_errors > 0 {
-        println!(
+        outln!(
             "evaluation errors {} (a constraint or derived value could not be computed)",
             s.eval_errors
-        );
+        )?;
     }
     let mut t = table(&["constraint", "expression", "rejects"]);
     for ((name, expr), (_, n)) in report.constraints.iter().zip(&s.rejected_by) {
         t.add_row(vec![name.to_string(), expr.to_string(), n.to_string()]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if !report.samples.is_empty() {
-        println!("sample genomes (seed {seed}):");
+        outln!("sample genomes (seed {seed}):")?;
         for (g, h) in &report.samples {
-            println!("  {h}  {g}");
+            outln!("  {h}  {g}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
