@@ -75,6 +75,7 @@ impl Picking for Context {
                 }
                 Ok(vec![g])
             }
+            (None, Some(0)) => bail!("--random 0 asks for no genome: give a count of 1 or more"),
             (None, Some(n)) => {
                 use rand::SeedableRng;
                 let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pick.seed);

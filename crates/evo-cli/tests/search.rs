@@ -110,6 +110,25 @@ fn landscape(path: &Path) -> (BTreeSet<String>, Vec<String>) {
     (valid, shapes)
 }
 
+/// configs/gemm.toml written to `dir/name` with the repo's templates named (so it loads
+/// from any folder) and `extra` appended.
+fn gemm_config(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
+    let config = dir.join(name);
+    std::fs::write(
+        &config,
+        text.replace(
+            "family = \"gemm_mma\"",
+            &format!(
+                "family = \"gemm_mma\"\ntemplates = \"{}\"",
+                root().join("templates").display()
+            ),
+        ) + extra,
+    )
+    .unwrap();
+    config
+}
+
 fn search(db: &Path, land: &Path, args: &[&str]) -> assert_cmd::assert::Assert {
     Command::cargo_bin("evo")
         .unwrap()
@@ -471,19 +490,11 @@ fn bad_search_arguments_are_explained() {
         .stderr(predicates::str::contains("budget `soon`"));
     // A seed that breaks a constraint (one warp, where the family wants 4 to 8) is an
     // error that names the seed and the constraint, not a seed silently dropped.
-    let config = dir.path().join("seeded.toml");
-    let text = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "family = \"gemm_mma\"",
-            &format!(
-                "family = \"gemm_mma\"\ntemplates = \"{}\"",
-                root().join("templates").display()
-            ),
-        ) + "\n[search]\nseeds = [\"BLOCK_K=32,BLOCK_M=32,BLOCK_N=32,STAGES=2,SWIZZLE=xor,WARPS_M=1,WARPS_N=1\"]\n",
-    )
-    .unwrap();
+    let config = gemm_config(
+        dir.path(),
+        "seeded.toml",
+        "\n[search]\nseeds = [\"BLOCK_K=32,BLOCK_M=32,BLOCK_N=32,STAGES=2,SWIZZLE=xor,WARPS_M=1,WARPS_N=1\"]\n",
+    );
     Command::cargo_bin("evo")
         .unwrap()
         .current_dir(root())
@@ -505,18 +516,11 @@ fn bad_search_arguments_are_explained() {
         ("import:no_such_baseline.json", "no_such_baseline.json"),
         ("pytorch", "[search] baseline must be"),
     ] {
-        let config = dir.path().join("bad_baseline.toml");
-        std::fs::write(
-            &config,
-            text.replace(
-                "family = \"gemm_mma\"",
-                &format!(
-                    "family = \"gemm_mma\"\ntemplates = \"{}\"",
-                    root().join("templates").display()
-                ),
-            ) + &format!("\n[search]\nbaseline = \"{baseline}\"\n"),
-        )
-        .unwrap();
+        let config = gemm_config(
+            dir.path(),
+            "bad_baseline.toml",
+            &format!("\n[search]\nbaseline = \"{baseline}\"\n"),
+        );
         Command::cargo_bin("evo")
             .unwrap()
             .current_dir(root())
@@ -851,19 +855,7 @@ fn a_replay_run_resumes_from_another_directory() {
     let dir = tempfile::tempdir().unwrap();
     let land = dir.path().join("landscape.json");
     landscape(&land);
-    let config = dir.path().join("gemm.toml");
-    let text = std::fs::read_to_string(root().join("configs/gemm.toml")).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "family = \"gemm_mma\"",
-            &format!(
-                "family = \"gemm_mma\"\ntemplates = \"{}\"",
-                root().join("templates").display()
-            ),
-        ),
-    )
-    .unwrap();
+    gemm_config(dir.path(), "gemm.toml", "");
     let db = dir.path().join("population.db");
     let search = |cwd: &Path, args: &[&str]| {
         Command::cargo_bin("evo")
