@@ -309,6 +309,30 @@ fn gpu_commands_without_a_gpu_exit_3() {
         .assert()
         .code(3)
         .stderr(contains("needs a GPU"));
+    // A search refused for want of a GPU (or for its config) creates no database.
+    let files = tempfile::tempdir().unwrap();
+    let db = files.path().join("new.db");
+    evo(tmp.path())
+        .args(["search", "-c", "configs/gemm.toml", "--db"])
+        .arg(&db)
+        .assert()
+        .code(3)
+        .stderr(contains("needs a GPU"));
+    let bad = files.path().join("no_shapes.toml");
+    std::fs::write(&bad, "problem = \"gemm\"\nfamily = \"gemm_mma\"\n").unwrap();
+    evo(tmp.path())
+        .args(["search", "-c"])
+        .arg(&bad)
+        .arg("--db")
+        .arg(&db)
+        .assert()
+        .code(1)
+        .stderr(contains("no [[shapes]]"));
+    assert_eq!(
+        std::fs::read_dir(files.path()).unwrap().count(),
+        1,
+        "only the config was written"
+    );
 }
 
 /// The gates that need no GPU run without one: a kernel whose parameters disagree with

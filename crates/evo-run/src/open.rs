@@ -43,6 +43,21 @@ struct Evaluating {
     gpus: Vec<u32>,
 }
 
+impl RunRequest {
+    /// What can refuse a new run before its database is opened (and, for a new file,
+    /// created): the config, and a GPU for the GPU evaluator. [`Run::open`] checks all of
+    /// it again, with the rest.
+    pub fn check_before_opening(&self) -> Result<()> {
+        if let RunTarget::New { config, .. } = &self.target {
+            SearchConfig::load(config)?;
+            if self.evaluator.as_deref().is_none_or(|e| e == "gpu") {
+                select_gpus(&self.gpus)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Run {
     /// Opens the run of `request` on `store` and registers this host on it.
     pub async fn open(store: Store, request: RunRequest, progress: &dyn Progress) -> Result<Run> {

@@ -105,6 +105,8 @@ pub fn run(
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
         let db = request.db.clone();
+        // A bad config or a missing GPU refuses the run before a new database file exists.
+        request.check_before_opening()?;
         let store = Store::open(&db)
             .await
             .with_context(|| format!("opening the population database {db}"))?;
