@@ -926,6 +926,44 @@ fn sigterm_saves_like_ctrl_c() {
     assert!(text.contains("\"interrupted\""), "{text}");
 }
 
+/// A second Ctrl-C aborts at once and says how to continue; the run resumes to the end.
+#[test]
+fn a_second_ctrl_c_aborts_and_says_how_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
+        .current_dir(root())
+        .env("EVO_REPLAY_DELAY_MS", "1000")
+        .args(["search", "-c", "configs/gemm.toml", "--no-progress", "--db"])
+        .arg(&db)
+        .arg("--evaluator")
+        .arg(format!("replay:{}", land.display()))
+        .args(["--run", "twice", "--budget", "2gen", "--seed", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_results(&db, "twice", 3);
+    for _ in 0..2 {
+        StdCommand::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("aborted") && stderr.contains("evo search --resume twice --db"),
+        "{stderr}"
+    );
+    search(&db, &land, &["--resume", "twice", "--budget", "2gen"]).success();
+    assert!(rows(&db, "twice").iter().all(|r| r.2.is_some()));
+}
+
 #[test]
 fn ctrl_c_saves_and_resume_finishes() {
     let dir = tempfile::tempdir().unwrap();

@@ -85,7 +85,8 @@ impl Run {
         let baseline = match self.baseline(&host.stop, progress).await {
             Ok(b) => b,
             Err(e) => {
-                if self.created_here {
+                // Not on Ctrl-C: an interrupted run is kept, to resume.
+                if self.created_here && !host.stop.is_requested() {
                     crate::open::discard_new_run(&self.store, self.id, &self.name).await;
                 }
                 return Err(e);

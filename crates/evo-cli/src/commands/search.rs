@@ -70,7 +70,8 @@ fn hm(d: Duration) -> String {
 
 /// The first Ctrl-C or SIGTERM (a batch scheduler's stop) stops the run: evaluations on
 /// a GPU finish and are saved, the run is marked interrupted. A second one exits at once.
-fn on_ctrl_c(stop: Stop) {
+/// `resume`: the command that continues the run, said when a second signal aborts it.
+fn on_ctrl_c(stop: Stop, resume: String) {
     tokio::spawn(async move {
         let Ok(mut term) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -90,6 +91,8 @@ fn on_ctrl_c(stop: Stop) {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        // Committed results are kept; the evaluations in flight are lost and redone.
+        eprintln!("aborted: every result saved so far is kept; continue with: {resume}");
         std::process::exit(130);
     });
 }
@@ -118,7 +121,14 @@ pub fn run(
         let run = Run::open(store, request, &bar).await?;
         crate::set_run_log(&run.log_path());
         let stop = Stop::default();
-        on_ctrl_c(stop.clone());
+        on_ctrl_c(
+            stop.clone(),
+            format!(
+                "evo search --resume {} --db {}",
+                run.name(),
+                evo_store::redact_url(&db)
+            ),
+        );
         bar.0.enable_steady_tick(Duration::from_millis(250));
         let report = run.work(HostOptions { budget, stop }, &bar).await?;
         bar.0.finish_and_clear();
