@@ -2232,6 +2232,18 @@ fn per_shape_export_over_two_runs_of_two_families() {
         )),
         "{err}"
     );
+    // The same with stdout closed by its reader (`evo verify DIR | head -1`): the checks
+    // still run and the verdict is still a failure.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("evo"))
+        .args(["verify"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{status:?}");
     std::fs::write(out.join("manifest.json"), &text).unwrap();
     evo(&db)
         .arg("verify")

@@ -36,23 +36,25 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
         });
         return exit_code(printed, ExitCode::from(1));
     }
-    printed?;
+    // From here on a closed stdout only stops the printing: every check still runs, and
+    // the exit code is their verdict (`evo verify DIR | head -1` must not pass a bad one).
+    closed_ok(printed)?;
     if !json {
-        outln!("hashes: ok ({} files)", report.files.len())?;
+        closed_ok(outln!("hashes: ok ({} files)", report.files.len()))?;
     }
 
     let consistent = verify::check_consistency(dir, &m, templates, &mut report)?;
     let problem = consistent.problem;
     if !json {
-        outln!(
+        closed_ok(outln!(
             "genomes: every variant's genome matches its hash and renders to its kernel source ({} variant{})",
             m.variants.len(),
             if m.variants.len() == 1 { "" } else { "s" }
-        )?;
-        outln!(
+        ))?;
+        closed_ok(outln!(
             "manifest: consistent with the CUBINs and its launch rule; to check: {}",
             report.plan.join("; ")
-        )?;
+        ))?;
     }
 
     // The GPU part.
@@ -70,9 +72,9 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
     };
     let here = GpuHere::new(&m, gpus, info, &mut report)?;
     if !json {
-        outln!("GPU: {}", report.gpu.as_deref().unwrap_or(""))?;
+        closed_ok(outln!("GPU: {}", report.gpu.as_deref().unwrap_or("")))?;
         for d in &report.differences {
-            outln!("  DIFFERENT {d}")?;
+            closed_ok(outln!("  DIFFERENT {d}"))?;
         }
     }
     let rt = crate::setup::runtime()?;
