@@ -23,7 +23,8 @@ use crate::harness::{
 };
 use crate::problem::{Problem, VarDecl};
 
-/// Attention from fp16/bf16 inputs through FP8, judged against the original inputs.
+/// Attention from fp16/bf16 inputs through FP8 by the quantization rule (crate::fp8), judged
+/// on the rule's codes (its error against the original inputs reported).
 #[derive(Debug)]
 pub struct SdpaFp8E2e;
 
@@ -45,7 +46,10 @@ impl Problem for SdpaFp8E2e {
          long long o_batch_stride, long long o_head_stride, long long o_seq_stride,\n\
          float softmax_scale)\n\
          The ABI of sdpa_fwd (q, k, v and o in DTYPE, the sizes, strides and softmax scale), computed\n\
-         through FP8 e4m3 and judged against attention on these inputs with sdpa_fwd_fp8's end-to-end bound.\n\
+         through FP8 e4m3 quantized by the rule: per (batch, head) slice amax = max |x|, codes\n\
+         e4m3_satfinite(x * (448 / amax)) rounded to nearest even, descale amax / 448 (an all-zero slice:\n\
+         1). Judged within sdpa_fwd_fp8's tolerance of attention on those codes; the error against\n\
+         attention on these inputs is reported (and bounded between timed replays).\n\
          Argument lists for multi-kernel families (`@name` in a [[launch]]'s args): `abi` (all of it) and\n\
          `sdpa_scalars` (everything after the four pointers: batch, heads, seq_q, seq_kv, the 12 strides,\n\
          softmax_scale), which is also the tail of sdpa_fwd_fp8's ABI after its three descale pointers."
