@@ -935,7 +935,8 @@ fn a_second_ctrl_c_aborts_and_says_how_to_resume() {
     let db = dir.path().join("population.db");
     let child = StdCommand::new(assert_cmd::cargo::cargo_bin("evo"))
         .current_dir(root())
-        .env("EVO_REPLAY_DELAY_MS", "1000")
+        // Each evaluation lasts 3 s, so the second signal comes while one is in flight.
+        .env("EVO_REPLAY_DELAY_MS", "3000")
         .args(["search", "-c", "configs/gemm.toml", "--no-progress", "--db"])
         .arg(&db)
         .arg("--evaluator")
@@ -951,7 +952,7 @@ fn a_second_ctrl_c_aborts_and_says_how_to_resume() {
             .args(["-INT", &child.id().to_string()])
             .status()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(100));
     }
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{:?}", out.status);

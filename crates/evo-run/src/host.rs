@@ -87,7 +87,13 @@ impl Run {
             Err(e) => {
                 // Not on Ctrl-C: an interrupted run is kept, to resume.
                 if self.created_here && !host.stop.is_requested() {
-                    crate::open::discard_new_run(&self.store, self.id, &self.name).await;
+                    crate::open::discard_new_run(
+                        &self.store,
+                        self.id,
+                        &self.name,
+                        Some(&self.host.id),
+                    )
+                    .await;
                 }
                 return Err(e);
             }

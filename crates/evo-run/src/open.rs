@@ -108,7 +108,7 @@ impl Run {
             Ok(x) => x,
             Err(e) => {
                 if created_here {
-                    discard_new_run(&store, id, &r.name).await;
+                    discard_new_run(&store, id, &r.name, None).await;
                 }
                 return Err(e);
             }
@@ -141,8 +141,17 @@ impl Run {
 
 /// Deletes a run this invocation created and could not start (a bad baseline, a device
 /// check), so no run stays behind `running` under a name the user wants back; nothing of
-/// it was evaluated. Best effort: the caller's error is the one to report.
-pub(crate) async fn discard_new_run(store: &Store, id: RunId, name: &str) {
+/// it was evaluated. A run another host has joined meanwhile (`own_host`: this one's, if
+/// registered) is left to it. Best effort: the caller's error is the one to report.
+pub(crate) async fn discard_new_run(store: &Store, id: RunId, name: &str, own_host: Option<&str>) {
+    match store.hosts(id).await {
+        Ok(hosts) if hosts.iter().all(|h| Some(h.id.as_str()) == own_host) => {}
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(run = name, "could not list the run's hosts: {e}");
+            return;
+        }
+    }
     if let Err(e) = store.delete_run(id).await {
         tracing::warn!(
             run = name,
