@@ -886,6 +886,20 @@ fn a_replay_run_resumes_from_another_directory() {
         &["--resume", "rel", "--evaluator", "replay:landscape.json"],
     )
     .success();
+    // As on another machine: the stored file is gone, a copy stands elsewhere.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::rename(&land, elsewhere.join("copy.json")).unwrap();
+    search(&root(), &["--resume", "rel"])
+        .failure()
+        .stderr(predicates::str::contains(
+            "pass --evaluator replay:FILE with this machine's copy",
+        ));
+    search(
+        &elsewhere,
+        &["--resume", "rel", "--evaluator", "replay:copy.json"],
+    )
+    .success();
 }
 
 /// SIGTERM (what a batch scheduler sends) stops a search like Ctrl-C: the evaluations in

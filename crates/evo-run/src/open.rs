@@ -247,6 +247,22 @@ fn absolute_label(label: &str) -> String {
     }
 }
 
+/// Whether replay labels `given` and `stored` name the same landscape: the same bytes, or
+/// `stored` is not on this machine and `given` is (a host elsewhere names its own copy).
+fn same_landscape(given: &str, stored: &str) -> bool {
+    let (Some(given), Some(stored)) = (
+        given.strip_prefix("replay:"),
+        stored.strip_prefix("replay:"),
+    ) else {
+        return false;
+    };
+    match (std::fs::read(given), std::fs::read(stored)) {
+        (Ok(a), Ok(b)) => a == b,
+        (Ok(_), Err(_)) => true,
+        _ => false,
+    }
+}
+
 /// The evaluator: a run keeps its own, so every host of it evaluates the same way.
 fn evaluating(
     request: &RunRequest,
@@ -254,11 +270,17 @@ fn evaluating(
     config: &SearchConfig,
 ) -> Result<Evaluating> {
     let label = match (&request.evaluator, existing) {
-        (Some(e), Some(run)) if *e != run.evaluator && absolute_label(e) != run.evaluator => refuse!(
-            "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
-            run.name,
-            run.evaluator
-        ),
+        (Some(e), Some(run))
+            if *e != run.evaluator
+                && absolute_label(e) != run.evaluator
+                && !same_landscape(&absolute_label(e), &run.evaluator) =>
+        {
+            refuse!(
+                "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
+                run.name,
+                run.evaluator
+            )
+        }
         (Some(e), _) => absolute_label(e),
         (None, Some(run)) => run.evaluator.clone(),
         (None, None) => "gpu".into(),
@@ -324,7 +346,9 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
 fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend> {
     match &ev.replay {
         Some(file) => {
-            let mut landscape = Landscape::load(file)?;
+            let mut landscape = Landscape::load(file).context(|| {
+                "the run's landscape (a run started on another machine: pass --evaluator replay:FILE with this machine's copy)".into()
+            })?;
             // Points recorded before a knob existed: keyed by their completed genomes.
             landscape.points = std::mem::take(&mut landscape.points)
                 .into_iter()
