@@ -490,7 +490,7 @@ pub struct GenomeArgs {
     #[arg(short, long)]
     pub genome: Option<String>,
     /// Instead of --genome: this many random valid genomes.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "genome")]
     pub random: Option<usize>,
     /// Seed for --random.
     #[arg(long, default_value_t = 0)]

@@ -106,6 +106,21 @@ fn render_explains_bad_genomes() {
         .args(["-g", &GENOME.replace("WARPS_N=2", "WARPS_N=1")])
         .assert()
         .success();
+    // Usage errors exit 2: a genome and --random together; --random 0 says what it asks.
+    evo(tmp.path())
+        .args(["render", "-c"])
+        .arg(config())
+        .args(["-g", GENOME, "--random", "2"])
+        .assert()
+        .code(2)
+        .stderr(contains("cannot be used with"));
+    evo(tmp.path())
+        .args(["render", "-c"])
+        .arg(config())
+        .args(["--random", "0"])
+        .assert()
+        .code(1)
+        .stderr(contains("--random 0 asks for no genome"));
 }
 
 #[test]
