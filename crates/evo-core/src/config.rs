@@ -27,6 +27,10 @@
 //! [correctness.tolerance.end_to_end]  # problems with encoded inputs (FP8): the bound on the
 //! rel_l2 = 0.2                         # error against the original inputs
 //!
+//! [search]                      # optional; `SearchSection` (strategy, seeds, baseline, ...)
+//! regression_shapes = 2         # slower than the baseline by regression_tolerance on this
+//!                               # many shapes: `regressed`; 0: off (per-shape exports)
+//!
 //! [timing]                      # optional; `TimingConfig`
 //! [static]                      # optional; `StaticConfig`
 //! [timeouts]                    # optional; `TimeoutConfig`
