@@ -47,10 +47,10 @@ impl Picking for Context {
     }
 
     /// The genomes a command was asked for: `--genome` (checked against the space),
-    /// or `--random N` valid ones.
+    /// or `--random N` valid ones (clap refuses both at once).
     fn pick_genomes(&self, pick: &GenomeArgs, allow_invalid: bool) -> Result<Vec<Genome>> {
         match (&pick.genome, pick.random) {
-            (Some(text), None) => {
+            (Some(text), _) => {
                 let g = Genome::parse(text).context("--genome")?;
                 let g = self.space.complete(&g).context("--genome")?;
                 if let Some(r) = self.space.rejection(&g) {
@@ -85,7 +85,6 @@ impl Picking for Context {
                 }
                 Ok(out)
             }
-            (Some(_), Some(_)) => bail!("give either --genome or --random, not both"),
             (None, None) => bail!("give a genome with --genome NAME=value,... (or --random N)"),
         }
     }

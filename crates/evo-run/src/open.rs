@@ -270,18 +270,21 @@ fn evaluating(
     config: &SearchConfig,
 ) -> Result<Evaluating> {
     let label = match (&request.evaluator, existing) {
-        (Some(e), Some(run))
+        (Some(e), Some(run)) => {
+            let given = absolute_label(e);
             if *e != run.evaluator
-                && absolute_label(e) != run.evaluator
-                && !same_landscape(&absolute_label(e), &run.evaluator) =>
-        {
-            refuse!(
-                "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
-                run.name,
-                run.evaluator
-            )
+                && given != run.evaluator
+                && !same_landscape(&given, &run.evaluator)
+            {
+                refuse!(
+                    "run `{}` evaluates with `{}`, not `{e}`: every host of a run uses the same evaluator (drop --evaluator)",
+                    run.name,
+                    run.evaluator
+                )
+            }
+            given
         }
-        (Some(e), _) => absolute_label(e),
+        (Some(e), None) => absolute_label(e),
         (None, Some(run)) => run.evaluator.clone(),
         (None, None) => "gpu".into(),
     };

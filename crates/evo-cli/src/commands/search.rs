@@ -121,14 +121,7 @@ pub fn run(
         let run = Run::open(store, request, &bar).await?;
         crate::set_run_log(&run.log_path());
         let stop = Stop::default();
-        on_ctrl_c(
-            stop.clone(),
-            format!(
-                "evo search --resume {} --db {}",
-                run.name(),
-                evo_store::redact_url(&db)
-            ),
-        );
+        on_ctrl_c(stop.clone(), resume_command(run.name(), &db));
         bar.0.enable_steady_tick(Duration::from_millis(250));
         let report = run.work(HostOptions { budget, stop }, &bar).await?;
         bar.0.finish_and_clear();
@@ -206,13 +199,17 @@ fn print_summary(r: &WorkReport, db: &str) -> Result<()> {
         }
     }
     if r.interrupted {
-        outln!(
-            "  resume with: evo search --resume {} --db {}",
-            r.run,
-            evo_store::redact_url(db)
-        )?;
+        outln!("  resume with: {}", resume_command(&r.run, db))?;
     }
     Ok(())
+}
+
+/// The command that continues run `run` of `db` (its password left out).
+fn resume_command(run: &str, db: &str) -> String {
+    format!(
+        "evo search --resume {run} --db {}",
+        evo_store::redact_url(db)
+    )
 }
 
 /// `evo baseline import FILE --run RUN`: the run's new baseline, every timed candidate
