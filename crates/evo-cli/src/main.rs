@@ -4,7 +4,9 @@
 //!
 //! Human output goes to stdout, errors to stderr, logs (tracing, `RUST_LOG`) to stderr.
 //! Exit codes: 0 success; 1 an error (bad input, a failed compile, ...); 2 a usage
-//! error; 3 a required CUDA component is missing (NVRTC, headers, driver or GPU).
+//! error (clap's, or a [`UsageError`] a command finds: an option missing, options that
+//! conflict, a value an option does not take); 3 a required CUDA component is missing
+//! (NVRTC, headers, driver or GPU).
 //! A reader that closes stdout early (`evo elites | head`) ends the command quietly with
 //! 0, or with its verdict where that was decided before printing (see [`output`]).
 
@@ -24,6 +26,20 @@ use clap::Parser;
 pub use evo_run::MissingComponent;
 
 pub const EXIT_MISSING: u8 = 3;
+
+/// The command line is wrong (exit code 2, as clap's own usage errors).
+pub use evo_run::UsageError;
+
+pub const EXIT_USAGE: u8 = 2;
+
+/// `return Err(UsageError(format!(...)).into())`: a usage error a command finds after
+/// parsing (exit code 2).
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err($crate::UsageError(format!($($arg)*)).into())
+    };
+}
+pub(crate) use usage;
 
 /// The log file of the current run, once a search knows its run (see [`set_run_log`]).
 static RUN_LOG: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
@@ -103,7 +119,18 @@ fn main() -> ExitCode {
                         Some(evo_gpu::nvrtc::NvrtcError::Locate(_))
                     )
             });
-            ExitCode::from(if missing { EXIT_MISSING } else { 1 })
+            let usage = e.chain().any(|c| {
+                c.is::<UsageError>()
+                    || c.downcast_ref::<evo_run::RunError>()
+                        .is_some_and(evo_run::RunError::is_usage)
+            });
+            ExitCode::from(if missing {
+                EXIT_MISSING
+            } else if usage {
+                EXIT_USAGE
+            } else {
+                1
+            })
         }
     }
 }

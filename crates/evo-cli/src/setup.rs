@@ -75,7 +75,9 @@ impl Picking for Context {
                 }
                 Ok(vec![g])
             }
-            (None, Some(0)) => bail!("--random 0 asks for no genome: give a count of 1 or more"),
+            (None, Some(0)) => {
+                crate::usage!("--random 0 asks for no genome: give a count of 1 or more")
+            }
             (None, Some(n)) => {
                 use rand::SeedableRng;
                 let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pick.seed);
@@ -85,7 +87,9 @@ impl Picking for Context {
                 }
                 Ok(out)
             }
-            (None, None) => bail!("give a genome with --genome NAME=value,... (or --random N)"),
+            (None, None) => {
+                crate::usage!("give a genome with --genome NAME=value,... (or --random N)")
+            }
         }
     }
 }

@@ -119,7 +119,7 @@ fn render_explains_bad_genomes() {
         .arg(config())
         .args(["--random", "0"])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(contains("--random 0 asks for no genome"));
 }
 
@@ -394,7 +394,7 @@ fn check_explains_bad_arguments() {
             "M=64",
         ])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(contains("unknown problem `gemv`"));
     evo(tmp.path())
         .args([
@@ -416,7 +416,7 @@ fn check_explains_bad_arguments() {
             "gemm",
         ])
         .assert()
-        .code(1)
+        .code(2)
         .stderr(contains("no shapes"));
 }
 
@@ -541,4 +541,53 @@ fn errors_say_each_cause_once() {
         "{err}"
     );
     assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+}
+
+/// A usage error a command finds after parsing (an option missing, options that conflict,
+/// a value an option does not take) exits 2 like clap's own, said once, before any
+/// database file or GPU is touched; a runtime failure still exits 1.
+#[test]
+fn usage_errors_found_by_commands_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let usage = |args: &[&str], says: &str| {
+        let a = evo(tmp.path())
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    };
+    usage(
+        &["search"],
+        "error: give a config with -c (or --resume RUN)",
+    );
+    usage(
+        &["search", "-c", "configs/gemm.toml", "--strategy", "bogus"],
+        "--strategy: unknown strategy `bogus`",
+    );
+    usage(
+        &["search", "-c", "configs/gemm.toml", "--evaluator", "cpu"],
+        "--evaluator must be `gpu` or `replay:FILE`, not `cpu`",
+    );
+    // Before the GPU is looked for (no GPU here would be exit 3).
+    usage(
+        &["search", "-c", "configs/gemm.toml", "--gpus", "one"],
+        "--gpus: `one` is not a GPU number",
+    );
+    usage(
+        &["join", "night", "--budget", "3gen"],
+        "the generation budget belongs to the run",
+    );
+    assert!(!db.exists(), "a usage error creates no database");
+    // A runtime failure: the database a read command names is not there.
+    evo(tmp.path())
+        .args(["runs", "--db"])
+        .arg(&db)
+        .assert()
+        .code(1)
+        .stderr(contains("no population database at"));
 }

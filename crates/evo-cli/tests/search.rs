@@ -902,6 +902,136 @@ fn a_replay_run_resumes_from_another_directory() {
     .success();
 }
 
+/// A replay run keeps the landscape it started on: resumed after the file changed, it is
+/// refused (its times would mix with the new file's) and the database is left as it was;
+/// the run's own landscape resumes it. A run stored before the hash was kept resumes with
+/// a note.
+#[test]
+fn a_replay_run_refuses_a_changed_landscape() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let original = std::fs::read(&land).unwrap();
+    let db = dir.path().join("population.db");
+    search(&db, &land, &["--run", "r", "--budget", "1gen"]).success();
+    let run_row = || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+            let run = store.run("r").await.unwrap().unwrap();
+            store.close().await;
+            run
+        })
+    };
+    let before = (run_row(), rows(&db, "r"));
+    // The same genomes, one time changed.
+    let mut changed = Landscape::load(&land).unwrap();
+    let point = changed
+        .points
+        .values_mut()
+        .find(|p| !p.shapes.is_empty())
+        .unwrap();
+    point.shapes[0].median_us = point.shapes[0].median_us.map(|t| t * 2.0);
+    changed.save(&land).unwrap();
+    let resume = || {
+        Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(root())
+            .args([
+                "search",
+                "--resume",
+                "r",
+                "--no-progress",
+                "--budget",
+                "2gen",
+            ])
+            .arg("--db")
+            .arg(&db)
+            .assert()
+    };
+    resume()
+        .code(1)
+        .stderr(predicates::str::contains(format!(
+            "landscape {} is not the one run `r` started on",
+            land.display()
+        )))
+        .stderr(predicates::str::contains("--run NEW-NAME"));
+    assert_eq!(
+        (run_row(), rows(&db, "r")),
+        before,
+        "a refused resume changes nothing"
+    );
+    std::fs::write(&land, &original).unwrap();
+    resume().success();
+    assert!(rows(&db, "r").len() > before.1.len());
+    // As stored by an evo that kept no hash: resumed on any landscape, with a note.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = evo_store::Store::open(db.to_str().unwrap()).await.unwrap();
+        let run = store.run("r").await.unwrap().unwrap();
+        let mut settings = run.run_settings().unwrap().unwrap();
+        assert!(settings.landscape_sha256.is_some());
+        settings.landscape_sha256 = None;
+        store
+            .set_run_settings(run.id, &evo_store::to_stored_json(&settings))
+            .await
+            .unwrap();
+        store.close().await;
+    });
+    changed.save(&land).unwrap();
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "search",
+            "--resume",
+            "r",
+            "--no-progress",
+            "--budget",
+            "3gen",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains(
+            "was stored without its landscape's hash",
+        ));
+}
+
+/// `evo join` on a SQLite file (one machine's) that lacks the run is refused at once,
+/// naming the runs the file holds and how to start one: no host elsewhere is about to
+/// create it (it used to wait 10 minutes). A file that is not there is not created.
+#[test]
+fn joining_a_run_a_sqlite_file_lacks_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let join = |run: &str| {
+        Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(root())
+            .args(["join", run, "--no-progress", "--db"])
+            .arg(&db)
+            .timeout(Duration::from_secs(60))
+            .assert()
+    };
+    join("night")
+        .code(1)
+        .stderr(predicates::str::contains("no population database at"))
+        .stderr(predicates::str::contains(
+            "evo search -c CONFIG --run night",
+        ));
+    assert!(!db.exists(), "a refused join creates no database");
+    search(&db, &land, &["--run", "day", "--budget", "1gen"]).success();
+    join("night")
+        .code(1)
+        .stderr(predicates::str::contains(format!(
+        "no run `night` in {} (it holds `day`): start it with `evo search -c CONFIG --run night",
+        db.display()
+    )));
+}
+
 /// SIGTERM (what a batch scheduler sends) stops a search like Ctrl-C: the evaluations in
 /// flight are saved, the run is interrupted (not left running) and resumable.
 #[test]

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use evo_core::{Gate, ShapeMeasurement, Status};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 pub const FORMAT: &str = "evo-landscape-1";
 
@@ -53,6 +54,12 @@ pub enum LandscapeError {
 impl Landscape {
     /// Reads a landscape file: JSON, or gzip-compressed JSON when the name ends in `.gz`.
     pub fn load(path: &Path) -> Result<Landscape, LandscapeError> {
+        Landscape::load_with_digest(path).map(|(l, _)| l)
+    }
+
+    /// [`Landscape::load`], and the SHA-256 (hex) of the JSON text read: what a replay run
+    /// keeps to notice a landscape changed under it (the same for a file and its `.gz`).
+    pub fn load_with_digest(path: &Path) -> Result<(Landscape, String), LandscapeError> {
         let p = path.display().to_string();
         let read = |source| LandscapeError::Read {
             path: p.clone(),
@@ -76,7 +83,8 @@ impl Landscape {
                 found: l.format,
             });
         }
-        Ok(l)
+        let digest = hex::encode(Sha256::digest(text.as_bytes()));
+        Ok((l, digest))
     }
 
     /// Writes the landscape as pretty JSON (gzip-compressed when the name ends in `.gz`),
@@ -148,6 +156,13 @@ mod tests {
             "gzip magic"
         );
         assert_eq!(Landscape::load(&gz).unwrap(), l);
+        // The digest is the content's: a file and its gzip agree, an edit changes it.
+        let digest = |p: &Path| Landscape::load_with_digest(p).unwrap().1;
+        assert_eq!(digest(&path), digest(&gz));
+        let before = digest(&path);
+        l.points.get_mut("A=1").unwrap().shapes[0].median_us = Some(3.6);
+        l.save(&path).unwrap();
+        assert_ne!(digest(&path), before);
         l.format = "evo-landscape-99".into();
         l.save(&path).unwrap();
         assert!(matches!(

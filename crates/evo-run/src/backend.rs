@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::context::Context;
-use crate::error::{refuse, MissingComponent, Result, ResultExt};
+use crate::error::{refuse, usage, MissingComponent, Result, ResultExt, UsageError};
 use crate::scoring::times_on;
 use evo_core::fitness::{is_regressed, slow_shapes};
 
@@ -203,13 +203,35 @@ impl CompileQueue {
 
 pub enum Backend {
     Gpu(GpuBackend),
-    Replay { landscape: Landscape, file: String },
+    Replay {
+        landscape: Landscape,
+        file: String,
+        /// The SHA-256 of the landscape's JSON text ([`Landscape::load_with_digest`]).
+        sha256: String,
+    },
 }
 
 /// The GPUs named by `--gpus` (`0,1`, or `all`), checked against what the driver sees:
 /// they must exist and be the same model (their timings are compared). No GPU at all is
 /// a [`MissingComponent`].
 pub fn select_gpus(list: &str) -> Result<(Vec<u32>, DriverInfo)> {
+    // The list's own form first: a usage error, whatever this machine has.
+    let mut named: Vec<u32> = Vec::new();
+    if list.trim() != "all" {
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let g: u32 = part.parse().map_err(|_| {
+                UsageError(format!(
+                    "--gpus: `{part}` is not a GPU number (give e.g. 0,1 or all)"
+                ))
+            })?;
+            if !named.contains(&g) {
+                named.push(g);
+            }
+        }
+        if named.is_empty() {
+            usage!("--gpus names no GPU (give e.g. 0,1 or all)");
+        }
+    }
     let info = evo_gpu::device::probe()
         .map_err(|e| MissingComponent(format!("this command runs kernels and needs a GPU: {e}")))?;
     if info.devices.is_empty() {
@@ -218,33 +240,16 @@ pub fn select_gpus(list: &str) -> Result<(Vec<u32>, DriverInfo)> {
         )
         .into());
     }
-    let all: String;
-    let list = if list.trim() == "all" {
-        all = (0..info.devices.len())
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        all.as_str()
+    let out: Vec<u32> = if named.is_empty() {
+        (0..info.devices.len() as u32).collect()
     } else {
-        list
+        named
     };
-    let mut out = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let g: u32 = part
-            .parse()
-            .context(|| format!("--gpus: `{part}` is not a GPU number"))?;
-        if g as usize >= info.devices.len() {
-            refuse!(
-                "--gpus: GPU {g} does not exist (the driver sees {} GPU(s))",
-                info.devices.len()
-            );
-        }
-        if !out.contains(&g) {
-            out.push(g);
-        }
-    }
-    if out.is_empty() {
-        refuse!("--gpus names no GPU");
+    if let Some(g) = out.iter().find(|g| **g as usize >= info.devices.len()) {
+        refuse!(
+            "--gpus: GPU {g} does not exist (the driver sees {} GPU(s))",
+            info.devices.len()
+        );
     }
     let first = &info.devices[out[0] as usize];
     for g in &out[1..] {

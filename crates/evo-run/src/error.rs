@@ -13,10 +13,19 @@ use evo_store::StoreError;
 #[error("{0}")]
 pub struct MissingComponent(pub String);
 
+/// The command line is wrong whatever the run, its files or this machine: an option
+/// missing, options that conflict, a value the option does not take. The CLI exits with
+/// code 2 on it, as on the usage errors its argument parser finds.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
     Missing(#[from] MissingComponent),
+    #[error(transparent)]
+    Usage(#[from] UsageError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -49,6 +58,11 @@ impl RunError {
             RunError::Missing(_) | RunError::Compiler(NvrtcError::Locate(_))
         )
     }
+
+    /// Whether the request's options are wrong ([`UsageError`]).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, RunError::Usage(_))
+    }
 }
 
 pub type Result<T, E = RunError> = std::result::Result<T, E>;
@@ -74,6 +88,14 @@ macro_rules! refuse {
     };
 }
 pub(crate) use refuse;
+
+/// `return Err(UsageError(format!(...)).into())`.
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err($crate::error::UsageError(format!($($arg)*)).into())
+    };
+}
+pub(crate) use usage;
 
 /// `RunError::Refused(format!(...))`.
 macro_rules! refused {

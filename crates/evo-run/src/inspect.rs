@@ -16,7 +16,7 @@ use serde_json::Value as Json;
 use crate::error::{refuse, refused, Result, ResultExt};
 
 /// The file behind a database location, when it is a SQLite one.
-fn sqlite_file(db: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_file(db: &str) -> Option<PathBuf> {
     let t = db.trim();
     if let Some(rest) = t
         .strip_prefix("sqlite://")

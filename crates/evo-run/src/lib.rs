@@ -51,7 +51,7 @@ use evo_store::{NewHost, RunId, RunSettings, Store};
 pub use backend::{select_gpus, Backend, GenomeResult};
 pub use budget::{parse_duration, Budget};
 pub use context::{choose_target, templates_root, Context, TargetChoice};
-pub use error::{MissingComponent, Result, RunError};
+pub use error::{MissingComponent, Result, RunError, UsageError};
 pub use progress::{Evaluated, Progress, Quiet, Stop};
 
 /// Which run to open.
@@ -68,7 +68,8 @@ pub enum RunTarget {
         name: String,
         config: Option<PathBuf>,
     },
-    /// Work on the run `name` that another host started (waits for it to be created).
+    /// Work on the run `name` that another host started (on PostgreSQL, waits for it to
+    /// be created; a SQLite file is one machine's, so the run must exist).
     Join { name: String },
 }
 

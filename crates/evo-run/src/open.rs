@@ -10,11 +10,11 @@ use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target};
 use evo_eval::landscape::Landscape;
 use evo_search::StrategyKind;
-use evo_store::{NewHost, NewRun, RunId, RunSettings, RunStatus, Store};
+use evo_store::{DbKind, NewHost, NewRun, RunId, RunSettings, RunStatus, Store};
 
 use crate::backend::{gpu_target, select_gpus, Backend, GpuBackend};
 use crate::context::{stored_config, templates_root, Context, TargetChoice};
-use crate::error::{refuse, refused, Result, ResultExt};
+use crate::error::{refuse, refused, usage, Result, ResultExt, UsageError};
 use crate::{Progress, Run, RunRequest, RunTarget};
 
 /// Default lease: long enough for any evaluation's heartbeat gap, short enough that a
@@ -44,15 +44,50 @@ struct Evaluating {
 }
 
 impl RunRequest {
-    /// What can refuse a new run before its database is opened (and, for a new file,
-    /// created): the config, and a GPU for the GPU evaluator. [`Run::open`] checks all of
-    /// it again, with the rest.
+    /// What can refuse a run before its database is opened (and, for a new file,
+    /// created): the request's options; for a new run the config, and a GPU for the GPU
+    /// evaluator; for a resume or a join, that a SQLite file is there. [`Run::open`]
+    /// checks the options again, with the rest.
     pub fn check_before_opening(&self) -> Result<()> {
-        if let RunTarget::New { config, .. } = &self.target {
-            SearchConfig::load(config)?;
-            if self.evaluator.as_deref().is_none_or(|e| e == "gpu") {
-                select_gpus(&self.gpus)?;
+        self.check_options()?;
+        match &self.target {
+            RunTarget::New { config, .. } => {
+                SearchConfig::load(config)?;
+                if self.evaluator.as_deref().is_none_or(|e| e == "gpu") {
+                    select_gpus(&self.gpus)?;
+                }
             }
+            // The run must be there already: opening a missing file would create an empty
+            // database only to find no run in it.
+            RunTarget::Resume { name, .. } | RunTarget::Join { name } => {
+                if let Some(file) = crate::inspect::sqlite_file(&self.db) {
+                    if !file.exists() {
+                        refuse!(
+                            "no population database at {}, so no run `{name}`: start the run with `evo search -c CONFIG --run {name} --db {}`, or check --db (or EVO_DB)",
+                            file.display(),
+                            self.db
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The request's own options, whatever the run and the machine: a wrong one is a
+    /// [`UsageError`] (the command line must change).
+    fn check_options(&self) -> Result<()> {
+        if let Some(e) = &self.evaluator {
+            if e != "gpu" && !e.starts_with("replay:") {
+                usage!("--evaluator must be `gpu` or `replay:FILE`, not `{e}`");
+            }
+        }
+        if let Some(s) = &self.strategy {
+            s.parse::<StrategyKind>()
+                .map_err(|e| UsageError(format!("--strategy: {e}")))?;
+        }
+        if matches!(self.target, RunTarget::Join { .. }) && self.max_generations.is_some() {
+            usage!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
         }
         Ok(())
     }
@@ -61,6 +96,7 @@ impl RunRequest {
 impl Run {
     /// Opens the run of `request` on `store` and registers this host on it.
     pub async fn open(store: Store, request: RunRequest, progress: &dyn Progress) -> Result<Run> {
+        request.check_options()?;
         let mut r = resolve(&store, &request, progress).await?;
         let root = templates_root(request.templates.as_deref(), &r.config)?;
         let ev = evaluating(&request, r.existing.as_ref(), &r.config)?;
@@ -91,14 +127,22 @@ impl Run {
         };
         let seeds = seed_genomes(&context)?;
         let backend = Arc::new(backend(&ev, context.clone(), params.seed)?);
+        check_landscape(r.existing.as_ref(), &backend, progress)?;
         let created_here = r.existing.is_none();
         let id = match &r.existing {
             Some(_) => r.id,
             None => create(&store, &r.name, &context, kind, params.seed, &backend, &ev).await?,
         };
         let checked = async {
-            let settings =
-                settle_settings(&store, id, &request, r.existing.as_ref(), &context).await?;
+            let settings = settle_settings(
+                &store,
+                id,
+                &request,
+                r.existing.as_ref(),
+                &context,
+                &backend,
+            )
+            .await?;
             check_device(r.existing.as_ref(), &ev, &settings, progress)?;
             let host = register(&store, id, &ev, &backend, progress).await?;
             Ok::<_, crate::RunError>((settings, host))
@@ -189,8 +233,9 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
         RunTarget::Join { name } => (name, None, true),
     };
     let mut run = store.run(name).await?;
-    if run.is_none() && join {
-        // Hosts started together: the first may not have created the run yet.
+    if run.is_none() && join && store.kind() == DbKind::Postgres {
+        // Hosts started together: the first may not have created the run yet. A SQLite
+        // file is one machine's: a run it lacks is not being created elsewhere.
         progress.note(&format!(
             "waiting for run `{name}` to be created (up to 10 minutes)"
         ));
@@ -200,8 +245,9 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
             run = store.run(name).await?;
         }
     }
-    let run =
-        run.ok_or_else(|| refused!("no run `{name}` in {}", evo_store::redact_url(&request.db)))?;
+    let Some(run) = run else {
+        return Err(no_such_run(store, name, &request.db).await);
+    };
     if let Some(given) = given {
         let text =
             std::fs::read_to_string(given).context(|| format!("reading {}", given.display()))?;
@@ -235,6 +281,27 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
     })
 }
 
+/// The refusal of a run `name` that the database lacks: the runs it holds, and what to do.
+async fn no_such_run(store: &Store, name: &str, db: &str) -> crate::RunError {
+    let db = evo_store::redact_url(db);
+    let runs = match store.runs().await {
+        Ok(runs) => runs,
+        Err(e) => return e.into(),
+    };
+    let holds = match runs.len() {
+        0 => "it holds no run yet".to_string(),
+        1..=8 => format!(
+            "it holds {}",
+            runs.iter()
+                .map(|r| format!("`{}`", r.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        n => format!("it holds {n} runs (`evo runs --db {db}` lists them)"),
+    };
+    refused!("no run `{name}` in {db} ({holds}): start it with `evo search -c CONFIG --run {name} --db {db}`, or check --db (or EVO_DB)")
+}
+
 /// An evaluator label with a replay file's path made absolute, so the run it is stored
 /// with resumes (and is joined) from any working directory.
 fn absolute_label(label: &str) -> String {
@@ -248,7 +315,8 @@ fn absolute_label(label: &str) -> String {
 }
 
 /// Whether replay labels `given` and `stored` name the same landscape: the same bytes, or
-/// `stored` is not on this machine and `given` is (a host elsewhere names its own copy).
+/// `stored` is not on this machine and `given` is (a host elsewhere names its own copy,
+/// whose content [`check_landscape`] compares with the run's).
 fn same_landscape(given: &str, stored: &str) -> bool {
     let (Some(given), Some(stored)) = (
         given.strip_prefix("replay:"),
@@ -349,7 +417,7 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
 fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend> {
     match &ev.replay {
         Some(file) => {
-            let mut landscape = Landscape::load(file).context(|| {
+            let (mut landscape, sha256) = Landscape::load_with_digest(file).context(|| {
                 "the run's landscape (a run started on another machine: pass --evaluator replay:FILE with this machine's copy)".into()
             })?;
             // Points recorded before a knob existed: keyed by their completed genomes.
@@ -374,10 +442,39 @@ fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend>
             Ok(Backend::Replay {
                 landscape,
                 file: file.display().to_string(),
+                sha256,
             })
         }
         None => Ok(Backend::Gpu(GpuBackend::new(context, &ev.gpus, salt)?)),
     }
+}
+
+/// A replay run keeps its landscape: a resumed or joining host replaying a file that
+/// differs from the one the run started on (edited, exported again, another machine's
+/// copy) would mix two landscapes' times in one run.
+fn check_landscape(
+    existing: Option<&evo_store::Run>,
+    backend: &Backend,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let (Some(run), Backend::Replay { file, sha256, .. }) = (existing, backend) else {
+        return Ok(());
+    };
+    let short = |h: &str| h.get(..12).unwrap_or(h).to_string();
+    match run.run_settings()?.and_then(|s| s.landscape_sha256) {
+        Some(started) if started != *sha256 => refuse!(
+            "landscape {file} is not the one run `{}` started on (SHA-256 {}..., now {}...): its times would mix with the run's. Replay the run's own landscape, or start a new run on this one: evo search -c CONFIG --run NEW-NAME --evaluator replay:{file}",
+            run.name,
+            short(&started),
+            short(sha256)
+        ),
+        Some(_) => {}
+        None => progress.note(&format!(
+            "note: run `{}` was stored without its landscape's hash (an older evo): a change to {file} since it started goes unnoticed",
+            run.name
+        )),
+    }
+    Ok(())
 }
 
 /// Creates the run, now that everything it needs has loaded.
@@ -421,6 +518,7 @@ async fn settle_settings(
     request: &RunRequest,
     existing: Option<&evo_store::Run>,
     context: &Context,
+    backend: &Backend,
 ) -> Result<RunSettings> {
     let stored = match existing {
         Some(r) => r.run_settings()?,
@@ -431,11 +529,9 @@ async fn settle_settings(
         lease_ms: DEFAULT_LEASE.as_millis() as u64,
         max_generations: None,
         patience: context.config.search.patience,
+        landscape_sha256: None,
     });
     if matches!(request.target, RunTarget::Join { .. }) {
-        if request.max_generations.is_some() {
-            refuse!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
-        }
         return Ok(settings);
     }
     if let Some(l) = request.lease {
@@ -449,6 +545,9 @@ async fn settle_settings(
     }
     if existing.is_none() {
         settings.allow_mixed_devices = request.allow_mixed_gpus;
+        if let Backend::Replay { sha256, .. } = backend {
+            settings.landscape_sha256 = Some(sha256.clone());
+        }
     }
     store
         .set_run_settings(id, &evo_store::to_stored_json(&settings))

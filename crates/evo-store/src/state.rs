@@ -30,6 +30,11 @@ pub struct RunSettings {
     pub max_generations: Option<u32>,
     /// The run ends after this many generations without improvement (0: never).
     pub patience: u32,
+    /// The replay evaluator's landscape as the run started on it: the SHA-256 (hex) of its
+    /// JSON text. A host replaying another is refused; `None` on the GPU evaluator and in
+    /// runs stored before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landscape_sha256: Option<String>,
 }
 
 /// The search state after an advance (`runs.search_state`; a completed generation keeps

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::output::{closed_ok, exit_code, outln, print_json, table};
-use crate::setup;
+use crate::{setup, UsageError};
 
 #[derive(Serialize)]
 struct FileVerdict {
@@ -37,7 +37,10 @@ struct FileVerdict {
 pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
     let problem = evo_kernels::problem(&args.problem).ok_or_else(|| {
         let known: Vec<&str> = evo_kernels::problems().iter().map(|p| p.name()).collect();
-        anyhow!("unknown problem `{}`; known: {known:?}", args.problem)
+        UsageError(format!(
+            "unknown problem `{}`; known: {known:?}",
+            args.problem
+        ))
     })?;
     // Shapes and gate settings: from a config, or defaults with --shape.
     let (shapes, compile, correctness, timing, static_rules, timeouts) = match &args.config {
@@ -85,7 +88,8 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         }
     };
     if shapes.is_empty() {
-        bail!(
+        // A config always has shapes: neither was given.
+        crate::usage!(
             "no shapes: give --config CFG or --shape NAME=value,... (problem `{}` has {:?})",
             problem.name(),
             problem

@@ -94,7 +94,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         };
         loaded.pick_genomes(&pick, false)?
     } else {
-        bail!("choose genomes with --genome, --random N, --cover or --pairwise");
+        crate::usage!("choose genomes with --genome, --random N, --cover or --pairwise");
     };
     let problem = loaded.family.problem;
     let configured: Vec<evo_core::Vars> =

@@ -142,13 +142,13 @@ pub fn quality(
                 loaded.config.path.display()
             ),
         ),
-        (None, None) => bail!("give --landscape FILE or --synthetic N"),
+        (None, None) => crate::usage!("give --landscape FILE or --synthetic N"),
     };
     let population = o
         .population
         .unwrap_or(loaded.config.search.params.population);
     if population == 0 {
-        bail!("--population must be at least 1");
+        crate::usage!("--population must be at least 1");
     }
     let mut targets = Vec::new();
     let mut genomes_within = Vec::new();

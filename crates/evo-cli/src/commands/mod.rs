@@ -87,7 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     config: config.clone(),
                     name: run.clone(),
                 },
-                (None, None) => anyhow::bail!("give a config with -c (or --resume RUN)"),
+                (None, None) => crate::usage!("give a config with -c (or --resume RUN)"),
             };
             let request = RunRequest {
                 target,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use evo_core::config::SearchConfig;
 use evo_core::{Genome, Target, Vars};
 use evo_eval::profile::{self, LaunchPlan, ToolReport};
@@ -16,7 +16,7 @@ use evo_kernels::{handwritten, Specializations};
 use serde::Serialize;
 
 use crate::output::{exit_code, outln, print_json, table};
-use crate::setup;
+use crate::{setup, UsageError};
 
 pub struct Options<'a> {
     pub file: Option<&'a Path>,
@@ -57,9 +57,9 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         (Some(file), None, None) => {
             let name = o
                 .problem
-                .ok_or_else(|| anyhow!("--problem is required with a file"))?;
-            let problem =
-                evo_kernels::problem(name).ok_or_else(|| anyhow!("unknown problem `{name}`"))?;
+                .ok_or_else(|| UsageError("--problem is required with a file".into()))?;
+            let problem = evo_kernels::problem(name)
+                .ok_or_else(|| UsageError(format!("unknown problem `{name}`")))?;
             let source = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let launch = o
@@ -75,7 +75,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             let shape = complete(
                 problem,
                 o.shape
-                    .ok_or_else(|| anyhow!("--shape is required with a file"))?,
+                    .ok_or_else(|| UsageError("--shape is required with a file".into()))?,
             )?;
             (problem, file.to_path_buf(), shape, Launch::Rule(launch))
         }
@@ -141,7 +141,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                 .join(" | ");
             (problem, path, shape, Launch::Plan(plan_path, launch))
         }
-        _ => bail!("give a kernel file with --problem, or -c CONFIG with -g GENOME"),
+        _ => crate::usage!("give a kernel file with --problem, or -c CONFIG with -g GENOME"),
     };
     let shape_text = Genome::from_vars(shape.clone()).canonical();
     let exe = std::env::current_exe()?;
@@ -175,9 +175,9 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             "memcheck" | "racecheck" | "initcheck" | "synccheck" => {
                 profile::sanitizer(tool, &command)
             }
-            other => {
-                bail!("unknown tool `{other}` (ncu, memcheck, racecheck, initcheck, synccheck)")
-            }
+            other => crate::usage!(
+                "--tools: unknown tool `{other}` (ncu, memcheck, racecheck, initcheck, synccheck)"
+            ),
         };
         tools.push((tool.to_string(), report));
     }
@@ -246,8 +246,8 @@ pub fn run_once(
     plan: Option<&Path>,
     gpu: u32,
 ) -> Result<ExitCode> {
-    let problem =
-        evo_kernels::problem(problem).ok_or_else(|| anyhow!("unknown problem `{problem}`"))?;
+    let problem = evo_kernels::problem(problem)
+        .ok_or_else(|| UsageError(format!("unknown problem `{problem}`")))?;
     let shape = complete(problem, shape)?;
     let plan = match (launch, plan) {
         (Some(launch), None) => {
@@ -270,7 +270,7 @@ pub fn run_once(
                 .with_context(|| format!("reading {}", path.display()))?,
         )
         .with_context(|| format!("{} is not a launch plan", path.display()))?,
-        _ => bail!("give --launch or --plan"),
+        _ => crate::usage!("give --launch or --plan"),
     };
     let g = Gpu::open(gpu as i32)?;
     let (major, minor) = g.info.compute_capability;
