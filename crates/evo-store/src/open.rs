@@ -7,7 +7,6 @@
 //! `migrations/sqlite` and `migrations/postgres` with the same version numbers and the
 //! same tables and columns.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -65,9 +64,6 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections in the pool (SQLite in WAL mode: many readers, one writer at a time).
 const MAX_CONNECTIONS: u32 = 4;
-
-/// The first 16 bytes of every SQLite 3 database file.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
 /// `evo <version>`, as recorded in `meta.created_by` and `runs.evo_version`.
 pub(crate) const EVO_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -160,20 +156,9 @@ async fn check_existing(path: &Path) -> Result<Existing, StoreError> {
         // SQLite treats an empty file as an empty database.
         return Ok(Existing::NeedsWrite);
     }
-    let mut header = Vec::with_capacity(16);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(16).read_to_end(&mut header))
-        .map_err(|source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if header.as_slice() != SQLITE_HEADER {
-        return Err(StoreError::NotSqlite {
-            path: path.to_path_buf(),
-            reason: "it does not start with the SQLite header".into(),
-        });
-    }
-
+    // The header is SQLite's to check (a file that is not a database fails the first
+    // read): no descriptor of the file is opened outside SQLite, since closing one drops
+    // every POSIX lock this process holds on it, those of its other open stores included.
     // Read-only: no journal mode change, no migrations table, no meta rows. Without a
     // `-wal` file beside it (no evo has it open and none died with it open) the main file
     // is the whole database: read it as immutable, so SQLite does not even create the
@@ -181,10 +166,7 @@ async fn check_existing(path: &Path) -> Result<Existing, StoreError> {
     let mut conn = read_only_options(path)
         .connect()
         .await
-        .map_err(|e| StoreError::Open {
-            path: path.to_path_buf(),
-            source: Box::new(e),
-        })?;
+        .map_err(|e| read_error(path, e))?;
     let result = inspect(&mut conn, path).await;
     let _ = conn.close().await;
     result
@@ -202,6 +184,23 @@ fn read_only_options(path: &Path) -> SqliteConnectOptions {
         .busy_timeout(BUSY_TIMEOUT)
 }
 
+/// An error reading the file at `path`: [`StoreError::NotSqlite`] where SQLite says it is
+/// not a database, else [`StoreError::Open`].
+fn read_error(path: &Path, e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(d) if d.message().contains("not a database") => {
+            StoreError::NotSqlite {
+                path: path.to_path_buf(),
+                reason: "it does not start with the SQLite header".into(),
+            }
+        }
+        _ => StoreError::Open {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        },
+    }
+}
+
 async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<Existing, StoreError> {
     let tables: Vec<String> = sqlx::query(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
@@ -209,18 +208,7 @@ async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<Existing, S
     )
     .fetch_all(&mut *conn)
     .await
-    .map_err(|e| match &e {
-        sqlx::Error::Database(d) if d.message().contains("not a database") => {
-            StoreError::NotSqlite {
-                path: path.to_path_buf(),
-                reason: d.message().to_string(),
-            }
-        }
-        _ => StoreError::Open {
-            path: path.to_path_buf(),
-            source: Box::new(e),
-        },
-    })?
+    .map_err(|e| read_error(path, e))?
     .iter()
     .map(|row| row.get::<String, _>(0))
     .collect();
@@ -391,11 +379,13 @@ fn check_writable(path: &Path) -> Result<(), StoreError> {
         path: path.to_path_buf(),
         what,
     };
-    // Opening for writing changes nothing in the file.
-    if let Err(e) = std::fs::OpenOptions::new().write(true).open(path) {
-        if denied(&e) {
+    // access(2), not an open: closing a descriptor of the file would drop the POSIX locks
+    // this process's other connections hold on it.
+    match rustix::fs::access(path, rustix::fs::Access::WRITE_OK) {
+        Err(e) if e == rustix::io::Errno::ACCESS || e == rustix::io::Errno::ROFS => {
             return Err(read_only("the file".into()));
         }
+        _ => {}
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -306,3 +306,51 @@ async fn an_empty_file_becomes_a_database() {
         .unwrap()
         .starts_with(b"SQLite format 3\0"));
 }
+
+/// Opening a second store of a file this process already has open leaves the first one's
+/// POSIX locks in place: nothing outside SQLite opens (and so, closing, unlocks) the file. A
+/// lost shared lock lets another process take the file for itself (delete the WAL under an
+/// open store). Checked from a child process: a write lock over SQLite's shared-lock bytes
+/// must fail while the stores are open.
+#[tokio::test]
+async fn a_second_store_keeps_the_first_one_s_locks() {
+    let Ok(out) = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("skipping: no python3");
+        return;
+    };
+    assert!(out.status.success());
+    let (_dir, path) = temp_db();
+    let first = open(&path).await;
+    first.create_run(&new_run("r")).await.unwrap();
+    assert_eq!(first.runs().await.unwrap().len(), 1);
+    let second = open(&path).await;
+    // SQLite's lock bytes (os_unix.c): PENDING 0x40000000, RESERVED + 1, SHARED the 510 after.
+    let probe = r#"
+import fcntl, sys
+with open(sys.argv[1], "r+b") as f:
+    try:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, 0x40000002)
+    except OSError:
+        print("locked")
+    else:
+        print("unlocked")
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", probe])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said.trim(),
+        "locked",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(second.runs().await.unwrap().len(), 1);
+    second.close().await;
+    first.close().await;
+}
