@@ -11,7 +11,7 @@ graph_times: several calls so, their graphs replayed in turn (compared under one
 eager_time: what a user's eager code pays per call (Python, dispatch, allocation, launch,
 and the kernel when it is the longer part): a plain loop of calls on one input set, one
 synchronize at its end, wall clock; median of `reps` loops, in µs. eager_times: several
-calls so, their loops taken in turn.
+calls so, their loops taken in turn in a shuffled order, each after an untimed loop of itself.
 """
 import random
 import time
@@ -83,37 +83,44 @@ def graph_time(call, sets, reps=15):
     return graph_times([call], sets, reps)[0]
 
 
-def eager_times(calls, q, k, v, iters=None, reps=5, target_ms=40.0, loops=None):
+def eager_times(calls, q, k, v, iters=None, reps=5, target_ms=40.0, loops=None, settle_ms=None):
     """Median µs per call of each `call(q, k, v)` in a plain Python loop (see the module doc),
-    the calls' loops taken in turn rep after rep, each rep starting one call later (the host's
-    state, e.g. its clocks, moves between loops: each call sees the same). Per call `iters`
-    calls per loop, by default as many as fill about `target_ms` (10 to 200). With `loops` (a
-    list of lists, one per call), each loop's µs per call is appended to its call's list in
-    the order run."""
-    counts = []
+    the calls' loops taken in turn rep after rep, in a new (seeded) order each rep, each timed
+    loop right after an untimed one of the same call lasting about `settle_ms` (default
+    `target_ms`): a loop then starts in its own call's power and clock state, not in its
+    predecessor's (with a fixed order, cuDNN's loops always after the memory-efficient
+    backend's ran 5-12% faster than PyTorch's default, the same kernel, after cuDNN's, at
+    (4,16,4096,128)). Per call `iters` calls per loop, by default as many as fill about
+    `target_ms` (10 to 200). With `loops` (a list of lists, one per call), each timed loop's
+    µs per call is appended to its call's list in the order run."""
+    settle_ms = target_ms if settle_ms is None else settle_ms
+    counts, per_call_ms = [], []
     for call in calls:
         for _ in range(3):
             call(q, k, v)  # warm-up and lazy init
         torch.cuda.synchronize()
-        n = iters
-        if n is None:
-            t = time.perf_counter()
-            for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(5):
+            call(q, k, v)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t) * 1e3 / 5
+        per_call_ms.append(ms)
+        counts.append(iters if iters is not None else int(min(200, max(10, target_ms / max(ms, 1e-3)))))
+    settles = [int(min(400, settle_ms / max(ms, 1e-3))) for ms in per_call_ms]
+    order, rng = list(range(len(calls))), random.Random(0)
+    ts = [[] for _ in calls]
+    for _ in range(reps):
+        rng.shuffle(order)
+        for j in order:
+            call, n = calls[j], counts[j]
+            for _ in range(settles[j]):
                 call(q, k, v)
             torch.cuda.synchronize()
-            per_call_ms = (time.perf_counter() - t) * 1e3 / 5
-            n = int(min(200, max(10, target_ms / max(per_call_ms, 1e-3))))
-        counts.append(n)
-    ts = [[] for _ in calls]
-    for r in range(reps):
-        for i in range(len(calls)):
-            j = (r + i) % len(calls)
-            call, n, t = calls[j], counts[j], ts[j]
             start = time.perf_counter()
             for _ in range(n):
                 call(q, k, v)
             torch.cuda.synchronize()
-            t.append((time.perf_counter() - start) * 1e6 / n)
+            ts[j].append((time.perf_counter() - start) * 1e6 / n)
     if loops is not None:
         for mine, t in zip(loops, ts):
             mine.extend(t)

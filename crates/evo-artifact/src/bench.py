@@ -16,9 +16,10 @@ Cases: the manifest's timed shapes (or --shapes) x the dtypes the artifact has k
 for evo (its function, and through its torch op: what the dispatcher adds), evo's kernels
 alone (graph; evo_kernel.kernel_launcher) and each backend: flash, efficient, cudnn, math
 (where its score matrices stay under --math-limit elements) and default (PyTorch's choice).
-Within a case the loops of all of them are taken in turn, and so are the graphs' replays
-(sdpa_bench.eager_times, graph_times): each ratio compares one host and GPU state (a long
-run's clocks drift by 10% and more; the host's speed moves between loops). The timing is
+Within a case the loops of all of them are taken in turn, in a new order each rep and each
+after an untimed loop of its own call, and so are the graphs' replays (sdpa_bench.eager_times,
+graph_times): each ratio compares one host and GPU state (a long run's clocks drift by 10% and
+more; the host's speed moves between loops), and no loop inherits another's power state. The timing is
 scripts/sdpa_bench.py of the evo repository (copied here as sdpa_bench.py), the method of evo's
 own timing gate.
 
@@ -215,7 +216,7 @@ print(f"graph, evo <= kernel's own time + 1 us: " + ("n/a (no case served by evo
 print(f"correctness, rel L2 < 1e-2 where evo runs its kernels: {'yes' if not bad else 'NO: ' + '; '.join(bad)}")
 json.dump({"format": "evo-artifact-bench-1", "artifact": HERE, "device": dev, "manifest_device": m["device"],
            "torch": torch.__version__, "op": evo_kernel.OP,
-           "method": {"eager": "plain loop of calls on one input set, one synchronize, median of 5 loops, the calls' loops in turn (sdpa_bench.eager_times)",
+           "method": {"eager": "plain loop of calls on one input set, one synchronize, median of 5 loops, the calls' loops in turn in a shuffled order, each after an untimed loop of its own call (sdpa_bench.eager_times)",
                       "graph": "CUDA graph over input sets rotated past 2x L2, CUDA events, median, the calls' graphs replayed in turn (sdpa_bench.graph_times)"},
            "rows": rows, "eager_slower": slower, "graph_over": over, "incorrect": bad},
           open(args.out, "w"), indent=1)

@@ -1990,6 +1990,72 @@ fn torch_scripts_compile() {
     );
 }
 
+/// The artifact's eager timing (scripts/sdpa_bench.py `eager_times`, run here against a stand-in
+/// torch that logs calls and synchronizes): every timed loop follows an untimed loop of the same
+/// call, so no loop starts in its predecessor's power state, and the calls' order changes from
+/// rep to rep (a fixed cycle gave each call the same predecessor every time).
+#[test]
+fn eager_loops_settle_on_their_own_call_in_a_shuffled_order() {
+    let Some(py) = python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let torch = tmp.path().join("torch");
+    std::fs::create_dir_all(torch.join("nn")).unwrap();
+    std::fs::write(
+        torch.join("__init__.py"),
+        "LOG = []\nfloat16 = 'f16'\nbfloat16 = 'bf16'\n\
+         class cuda:\n    @staticmethod\n    def synchronize():\n        LOG.append('|')\n",
+    )
+    .unwrap();
+    std::fs::write(torch.join("nn/__init__.py"), "").unwrap();
+    std::fs::write(
+        torch.join("nn/attention.py"),
+        "class SDPBackend:\n    FLASH_ATTENTION = 1\n    EFFICIENT_ATTENTION = 2\n    CUDNN_ATTENTION = 3\n",
+    )
+    .unwrap();
+    let script = r#"
+import sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import torch, sdpa_bench
+def make(name):
+    def call(q, k, v):
+        torch.LOG.append(name)
+        time.sleep(0.0002)
+    return call
+calls = [make(c) for c in "abc"]
+loops = [[], [], []]
+sdpa_bench.eager_times(calls, None, None, None, iters=3, reps=6, target_ms=2.0, loops=loops)
+assert [len(l) for l in loops] == [6, 6, 6], loops
+blocks = "".join(torch.LOG).split("|")
+# Per call: 3 warm-up calls, 5 to measure one call, then per rep (settle loop, timed loop).
+body = [b for b in blocks[6:] if b]
+assert len(body) == 2 * 6 * 3, body
+orders = []
+for r in range(6):
+    rep = body[6 * r:6 * r + 6]
+    for settle, timed in zip(rep[0::2], rep[1::2]):
+        assert timed == timed[0] * 3, timed
+        assert settle and set(settle) == {timed[0]}, (settle, timed)
+    orders.append("".join(t[0] for t in rep[1::2]))
+assert all(sorted(o) == ["a", "b", "c"] for o in orders), orders
+assert len(set(orders)) > 1, orders
+print("ok", orders)
+"#;
+    let o = std::process::Command::new(py)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .arg("-c")
+        .arg(script)
+        .arg(tmp.path())
+        .arg(root().join("scripts"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// A complete fp16 sdpa_fwd shape.
 fn sdpa_shape(b: i64, h: i64, s: i64, d: i64, causal: bool) -> Vars {
     let mut v = f16_shapes()[0].clone();
