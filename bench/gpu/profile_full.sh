@@ -16,11 +16,13 @@
 #       `evo profile` (its launch plan) and `evo run-once`, one process, no worker, with the
 #       family and problem of PROFILE_NCU_CONFIG (default bench/gpu/kernel_ab_hd64.toml; e.g.
 #       bench/gpu/fp8_ab_shapes.toml for the FP8 ws kernel).
-# Everything under $OUT is also packed into $OUT/profile.tgz (the device returns few files).
+# Everything is written to a scratch folder and packed into $OUT/profile.tgz, with the tables,
+# gate_summary.txt and commands.txt beside it (the device returns few files).
 # Usage: bench/gpu/profile_full.sh [--phases ab,gate,ncu]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/evo-out}
+DEST=${OUT:-/tmp/evo-out}
+OUT=$(mktemp -d)
 EVO=${EVO:-$PWD/.gpu/evo}
 GENOMES=${PROFILE_GENOMES:-bench/gpu/profile_genomes.txt}
 CONFIG=bench/gpu/kernel_ab_hd64.toml
@@ -31,7 +33,7 @@ TARGETS=${PROFILE_TARGETS:-01815f20-L@2,8,2048,64 cudnn@2,8,2048,64 4bb93393-L@1
 PHASES=ab,ncu
 [ "${1:-}" = --phases ] && PHASES=${2:?--phases needs a list}
 has_phase() { [[ ",$PHASES," == *",$1,"* ]]; }
-mkdir -p "$OUT"
+mkdir -p "$DEST"
 export EVO_CACHE_DIR=$PWD/.evo-cache
 BUDGET=${PROFILE_BUDGET_S:-540}
 genome_of() { sed 's/#.*//' "$GENOMES" | awk -v n="$1" '$1 == n {print $2}'; }
@@ -125,4 +127,6 @@ PY
   done
 fi
 echo "total ${SECONDS}s" | tee -a "$OUT/commands.txt"
-(cd "$OUT" && tar czf /tmp/profile.tgz --exclude='*.ncu-rep' . && mv /tmp/profile.tgz "$OUT/profile.tgz")
+(cd "$OUT" && tar czf "$DEST/profile.tgz" --exclude='*.ncu-rep' .)
+cp "$OUT"/ab_*_table.txt "$OUT"/gate_summary.txt "$OUT/commands.txt" "$DEST/" 2>/dev/null
+true
