@@ -32,14 +32,8 @@ pub use evo_run::UsageError;
 
 pub const EXIT_USAGE: u8 = 2;
 
-/// `return Err(UsageError(format!(...)).into())`: a usage error a command finds after
-/// parsing (exit code 2).
-macro_rules! usage {
-    ($($arg:tt)*) => {
-        return Err($crate::UsageError(format!($($arg)*)).into())
-    };
-}
-pub(crate) use usage;
+/// A usage error a command finds after parsing (exit code 2).
+pub(crate) use evo_run::usage;
 
 /// The log file of the current run, once a search knows its run (see [`set_run_log`]).
 static RUN_LOG: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);

@@ -18,8 +18,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::context::Context;
-use crate::error::{refuse, usage, MissingComponent, Result, ResultExt, UsageError};
+use crate::error::{refuse, MissingComponent, Result, ResultExt, UsageError};
 use crate::scoring::times_on;
+use crate::usage;
 use evo_core::fitness::{is_regressed, slow_shapes};
 
 /// The outcome of one genome over every specialization.

@@ -89,13 +89,14 @@ macro_rules! refuse {
 }
 pub(crate) use refuse;
 
-/// `return Err(UsageError(format!(...)).into())`.
+/// `return Err(UsageError(format!(...)).into())`: a usage error found after parsing, into
+/// the caller's error type (this crate's [`RunError`], the CLI's `anyhow::Error`).
+#[macro_export]
 macro_rules! usage {
     ($($arg:tt)*) => {
-        return Err($crate::error::UsageError(format!($($arg)*)).into())
+        return Err($crate::UsageError(format!($($arg)*)).into())
     };
 }
-pub(crate) use usage;
 
 /// `RunError::Refused(format!(...))`.
 macro_rules! refused {

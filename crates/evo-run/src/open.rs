@@ -14,7 +14,8 @@ use evo_store::{DbKind, NewHost, NewRun, RunId, RunSettings, RunStatus, Store};
 
 use crate::backend::{gpu_target, select_gpus, Backend, GpuBackend};
 use crate::context::{stored_config, templates_root, Context, TargetChoice};
-use crate::error::{refuse, refused, usage, Result, ResultExt, UsageError};
+use crate::error::{refuse, refused, Result, ResultExt, UsageError};
+use crate::usage;
 use crate::{Progress, Run, RunRequest, RunTarget};
 
 /// Default lease: long enough for any evaluation's heartbeat gap, short enough that a
