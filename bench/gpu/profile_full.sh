@@ -8,7 +8,10 @@
 #       PROFILE_BASELINE=DIR (templates of an earlier commit, bench/kernel/baseline_templates.sh)
 #       the same genomes also run on those, in the same call: "old" rows and new/old per shape.
 #  gate: every gate but timing (default and edge shapes, adversarial inputs) on the genomes of
-#       PROFILE_GENOMES, with configs/sdpa_wgmma.toml (head dims 64 and 128), causal and not.
+#       PROFILE_GENOMES, with each config of PROFILE_GATE_CONFIGS (default configs/sdpa_wgmma.toml:
+#       head dims 64 and 128), causal and not; then compute-sanitizer (memcheck, racecheck,
+#       synccheck through `evo profile`) on each PROFILE_SANITIZE entry (NAME@B,H,S,D, with the
+#       first gate config's family; none by default).
 #  ncu: Nsight Compute's full set with per-instruction warp-stall samples on one launch of each
 #       PROFILE_TARGETS entry (NAME@B,H,S,D; NAME from profile_genomes.txt, or "cudnn" for
 #       PyTorch's cuDNN SDPA, its third launch): $OUT/prof_<NAME>_<S>_details.csv (every section)
@@ -83,12 +86,28 @@ fi
 
 if has_phase gate; then
   tmp=$(mktemp -d)
-  sed 's/^CAUSAL = false/CAUSAL = true/' configs/sdpa_wgmma.toml > "$tmp/sdpa_wgmma_causal.toml"
-  valid_genomes configs/sdpa_wgmma.toml
-  run 200 "$OUT/gate.txt" "$EVO" eval -c configs/sdpa_wgmma.toml --templates templates --no-timing "${G[@]}"
-  run 200 "$OUT/gate_causal.txt" "$EVO" eval -c "$tmp/sdpa_wgmma_causal.toml" --templates templates --no-timing "${G[@]}"
-  bad=$(cat "$OUT"/gate*.txt | grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static")
-  echo "gate: $bad lines with a failing status in $OUT/gate*.txt" | tee "$OUT/gate_summary.txt"
+  GATE_CONFIGS=${PROFILE_GATE_CONFIGS:-configs/sdpa_wgmma.toml}
+  for cfg in $GATE_CONFIGS; do
+    tag=$(basename "$cfg" .toml)
+    sed 's/^CAUSAL = false/CAUSAL = true/' "$cfg" > "$tmp/${tag}_causal.toml"
+    valid_genomes "$cfg"
+    run 200 "$OUT/gate_$tag.txt" "$EVO" eval -c "$cfg" --templates templates --no-timing "${G[@]}"
+    run 200 "$OUT/gate_${tag}_causal.txt" "$EVO" eval -c "$tmp/${tag}_causal.toml" --templates templates --no-timing "${G[@]}"
+  done
+  first=${GATE_CONFIGS%% *}
+  for t in ${PROFILE_SANITIZE:-}; do
+    name=${t%@*}; shape=${t#*@}
+    IFS=, read -r b h s d <<< "$shape"
+    for causal in false true; do
+      sed "s/^CAUSAL = false/CAUSAL = $causal/" "$first" > "$tmp/sanitize.toml"
+      run 150 "$OUT/gate_sanitize_${name}_${b}x${h}x${s}x${d}_$causal.txt" "$EVO" profile -c "$tmp/sanitize.toml" \
+        --templates templates -g "$(genome_of "$name")" --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" \
+        --tools memcheck,racecheck,synccheck
+    done
+  done
+  bad=$(cat "$OUT"/gate_*.txt | grep -cE "incorrect|crashed|timed_out|launch_failed|compile_failed|render_failed|rejected_static")
+  echo "gate: $bad lines with a failing status in $OUT/gate_*.txt" | tee "$OUT/gate_summary.txt"
+  grep -H . "$OUT"/gate_sanitize_*.txt >> "$OUT/gate_summary.txt" 2>/dev/null
 fi
 
 if has_phase ncu; then
