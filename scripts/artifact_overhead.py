@@ -49,6 +49,10 @@ causal = spec["CAUSAL"]
 q, k, v = (torch.Tensor(s, dtype) for s in ((B, H, SQ, D), (B, H, SKV, D), (B, H, SKV, D)))
 mask = torch.Tensor((1, 1, SQ, SKV), dtype)
 new_api = hasattr(ek, "scaled_dot_product_attention")
+decided = ek.plan_of(q, k, v, causal) if new_api else None
+if getattr(decided, "reason", None) == "slower":
+    # The op sends this shape to PyTorch's SDPA: its "served call" would time that fallback.
+    sys.exit(f"{args.shape} goes to PyTorch's SDPA in this artifact ({decided.detail}); pick another --shape")
 cases = {}
 if new_api:
     cases["served call (scaled_dot_product_attention)"] = lambda: ek.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -5,7 +5,10 @@
 #   1. evo search -c configs/sdpa.toml (sdpa_fwd_mma, fp16 and bf16) for MMA_BUDGET (90s),
 #   2. evo search -c configs/sdpa_wgmma_quick.toml (sdpa_fwd_wgmma on (2,8,2048,64),
 #      (4,8,2048,64) and (4,16,4096,128), causal and not, fp16 and bf16) for HOPPER_BUDGET (120s),
-#   3. evo export mma hopper --per-shape: the fastest correct variant per shape over both runs,
+#   3. PyTorch SDPA timed on both runs' shapes (scripts/torch_sdpa_baseline.py) and imported as
+#      their baselines (evo baseline import), then evo export mma hopper --per-shape: the
+#      fastest correct variant per shape over both runs, shapes where PyTorch was faster marked
+#      for evo_kernel.py to send to PyTorch's SDPA,
 #   4. the artifact's bench.py: evo against every PyTorch SDPA backend, eager and CUDA graph,
 #      on the manifest's shapes (the seed shapes and (4,16,4096,128)), fp16 and bf16, causal
 #      and not,
@@ -16,7 +19,7 @@
 #   7. the artifact's example.cpp built against kernel.h (nvcc, else g++) and run on every variant,
 #   8. evo verify of the artifact, with the time left (VERIFY_UNTIL_S, default 470 s into the run),
 # and prints the benchmark table last. Logs under $OUT: gpu.txt, search_mma.txt,
-# search_hopper.txt, export.txt, bench.txt, bench.json, torch_test.txt, transformers.txt,
+# search_hopper.txt, torch_mma.txt, torch_hopper.txt, export.txt, bench.txt, bench.json, torch_test.txt, transformers.txt,
 # example.txt, verify.txt; the artifact (artifact/) and the database (artifact.db).
 # ARTIFACT_DB=FILE skips the searches and exports runs `mma` and `hopper` of that database.
 set -uo pipefail
@@ -45,6 +48,18 @@ else
     | grep -v " INFO " | tail -n 20 | tee "$OUT/search_hopper.txt"
   # One self-contained file (the write-ahead log folded in) to carry back.
   python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('pragma wal_checkpoint(TRUNCATE)')" "$DB"
+fi
+
+# PyTorch's SDPA on each run's shapes, imported as the run's baseline: the quick configs'
+# baselines are their first seeds, and the per-shape export marks (sends to PyTorch's SDPA in
+# evo_kernel.py) only shapes where a PyTorch baseline was faster. TORCH_BASELINE=0 skips it.
+if [ "${TORCH_BASELINE:-1}" = 1 ]; then
+  for pair in mma:configs/sdpa.toml hopper:configs/sdpa_wgmma_quick.toml; do
+    run=${pair%%:*}; cfg=${pair#*:}
+    step "PyTorch SDPA on $cfg, imported as run $run's baseline"
+    timeout 150 python3 scripts/torch_sdpa_baseline.py "$cfg" --out "$OUT/torch_$run.json" > "$OUT/torch_$run.txt" 2>&1 \
+      && $EVO baseline import --run "$run" --db "$DB" "$OUT/torch_$run.json" 2>&1 | tail -n 3 | tee -a "$OUT/torch_$run.txt"
+  done
 fi
 
 step "evo export mma hopper --per-shape"

@@ -14,7 +14,9 @@ another dtype, head dim or causal setting, a CPU tensor or another GPU architect
 shape out of the kernels' range, inputs that require grad under grad mode) goes to
 torch.nn.functional.scaled_dot_product_attention with the same arguments, counted by
 reason in stats(); set_strict(True) or EVO_KERNEL_STRICT=1 raises FallbackError naming the
-reason instead.
+reason instead. So does a call whose dispatch entry (its shape, or the nearest searched
+one) the export marked `baseline_faster`: the search measured PyTorch's SDPA faster there
+(reason "slower"; `evo export --keep-slower` marks none).
 
 A call is planned once per (dtypes, devices, shapes, strides, causal, scale): the variant
 (the manifest's dispatch rule), every kernel's launch geometry, every argument in ctypes
@@ -39,7 +41,8 @@ cost to every call (bench.py times both); under torch.compile it goes through th
 register_transformers() makes it Hugging Face transformers' attn_implementation="evo".
 attention(q, k, v, causal=False, scale=None) is a short alias. plan() computes a call's
 launches without a GPU or torch (tests read it). kernel_launcher(q, k, v, is_causal, scale)
-returns the plan's launches alone, for benchmarks (bench.py's kernel time).
+returns the plan's launches alone, for benchmarks (bench.py's kernel time); both reach the
+kernels of a call that goes to PyTorch's SDPA as "slower".
 """
 import ast
 import ctypes
@@ -96,6 +99,7 @@ REASONS = {
     "arch": "the GPU's architecture is not the CUBINs'",
     "shape": "not (batch, heads, seq, head_dim) tensors of fitting sizes, or sizes beyond the launch limits",
     "grad": "an input requires grad under grad mode (the kernels have no backward)",
+    "slower": "the run measured PyTorch's SDPA faster than evo's kernel at this shape (or the nearest searched one)",
 }
 
 
@@ -168,20 +172,24 @@ def _nearness(a, b):
     return sum(abs(math.log2(a[k] / b[k])) for k in b)
 
 
-def select(spec, shape):
-    """The variant for a specialization (dict: DTYPE, HEAD_DIM, CAUSAL) and run-time
-    shape, by the manifest's dispatch rule (see manifest.json `dispatch.rule`)."""
+def dispatch_entry(spec, shape):
+    """The dispatch table's entry for a specialization (dict: DTYPE, HEAD_DIM, CAUSAL) and
+    run-time shape, by the manifest's dispatch rule (see manifest.json `dispatch.rule`)."""
     d = MANIFEST["dispatch"]
     entries = [e for e in d["table"] if e["specialization"] == spec]
     if not entries:
         raise ArtifactError(f"this artifact has no kernel for {json.dumps(spec, sort_keys=True)}; it has: {_have()}")
     if d["mode"] == "specialization":
-        return _VARIANTS[entries[0]["variant"]]
+        return entries[0]
     for e in entries:
         if e["shape"] == shape:
-            return _VARIANTS[e["variant"]]
-    best = min(entries, key=lambda e: _nearness(shape, e["shape"]))  # min keeps the first of ties
-    return _VARIANTS[best["variant"]]
+            return e
+    return min(entries, key=lambda e: _nearness(shape, e["shape"]))  # min keeps the first of ties
+
+
+def select(spec, shape):
+    """The variant of dispatch_entry(spec, shape)."""
+    return _VARIANTS[dispatch_entry(spec, shape)["variant"]]
 
 
 def _have():
@@ -202,11 +210,17 @@ def scratch_sizes(variant, env):
 # ---- planning: what a call with these tensors needs (no GPU, no torch) --------------------
 
 class _Fallback:
-    """A call the kernels do not serve: `reason` (a REASONS key) and what about it."""
-    __slots__ = ("reason", "detail")
+    """A call the kernels do not serve: `reason` (a REASONS key) and what about it. A call
+    they serve slower than PyTorch's SDPA ("slower") keeps its `plan` (the _Plan of the
+    kernels, for kernel_launcher and plan()), and its `variant`; else both are None."""
+    __slots__ = ("reason", "detail", "plan")
 
-    def __init__(self, reason, detail):
-        self.reason, self.detail = reason, detail
+    def __init__(self, reason, detail, plan=None):
+        self.reason, self.detail, self.plan = reason, detail, plan
+
+    @property
+    def variant(self):
+        return self.plan.variant if self.plan is not None else None
 
 
 def _contiguous_strides(shape):
@@ -238,8 +252,9 @@ def _arch_ok(capability):
 
 def _decide(q, k, v, is_causal, scale, capability=None):
     """The plan of a call with tensors like q, k, v (their dtype, device, shape and strides:
-    not their data), or the _Fallback saying why the kernels do not serve it.
-    `capability(device)` gives the device's compute capability (None: not checked)."""
+    not their data), or the _Fallback saying why the kernels do not serve it (for a dispatch
+    entry marked baseline_faster: "slower", holding the plan). `capability(device)` gives
+    the device's compute capability (None: not checked)."""
     names = ("q", "k", "v")
     ts = (q, k, v)
     for name, t in zip(names, ts):
@@ -279,7 +294,8 @@ def _decide(q, k, v, is_causal, scale, capability=None):
             return _Fallback("arch", f"the CUBINs are for {MANIFEST['arch']}; {q.device} is sm_{cap[0]}{cap[1]}")
     spec = {"CAUSAL": bool(is_causal), "DTYPE": dtype, "HEAD_DIM": D}
     shape = {"BATCH": B, "HEADS": H, "SEQ_KV": SKV, "SEQ_Q": SQ}
-    variant = select(spec, shape)
+    entry = dispatch_entry(spec, shape)
+    variant = _VARIANTS[entry["variant"]]
     # Layout: the variant's declared tensors contiguous, every tensor's last dimension
     # contiguous and its other strides multiples of 8 elements (16 bytes); else a copy.
     declared = variant.get("contiguous", [])
@@ -353,7 +369,15 @@ def _decide(q, k, v, is_causal, scale, capability=None):
     # The output is contiguous; when q is too, torch.empty_like(q) makes it (cheaper than
     # torch.empty with a shape, dtype and device to parse).
     out_like_q = strides["q"] == strides["o"]
-    return _Plan(variant, launches, sizes, (B, H, SQ, D), tuple(copies), out_like_q)
+    plan = _Plan(variant, launches, sizes, (B, H, SQ, D), tuple(copies), out_like_q)
+    slower = entry.get("baseline_faster")
+    if slower:
+        # Decided here, once per plan: the op's calls then take the fallback path as cheaply
+        # as any other, and the plan stays reachable for kernel_launcher and plan().
+        where = "this shape" if entry["shape"] == shape else f"the nearest searched shape {entry['shape']}"
+        return _Fallback("slower", f"the run measured PyTorch's SDPA at {slower['baseline_us']:.2f} us and evo's "
+                                   f"{variant['name']} at {slower['variant_us']:.2f} us on {where}", plan)
+    return plan
 
 
 class Launch:
@@ -370,24 +394,31 @@ class Launch:
 
 class Plan:
     """What plan() returns: the variant, its launches with every argument's value, its
-    scratch buffers [(name, bytes)] and the inputs a call copies to contiguous first."""
+    scratch buffers [(name, bytes)], the inputs a call copies to contiguous first, and
+    `slower`: why scaled_dot_product_attention calls PyTorch's SDPA instead (reason
+    "slower"), or None."""
 
-    def __init__(self, variant, launches, scratch, out_shape, copies):
+    def __init__(self, variant, launches, scratch, out_shape, copies, slower=None):
         self.variant, self.launches, self.scratch, self.out_shape, self.copies = variant, launches, scratch, out_shape, copies
+        self.slower = slower
 
     def as_dict(self):
         return {"variant": self.variant["name"], "launches": [l.as_dict() for l in self.launches],
-                "scratch": [list(s) for s in self.scratch], "copies": list(self.copies)}
+                "scratch": [list(s) for s in self.scratch], "copies": list(self.copies), "slower": self.slower}
 
 
 def plan(q, k, v, causal=False, scale=None, scratch=None):
     """The launches of a call (kernel, geometry, every argument's value) without a GPU or
     torch, or ArtifactError saying why the kernels do not serve it. Pointers are the
     tensors' data_ptr() (the output's is 0; a copied input's is its original's), `scratch`
-    {name: device address} (default 0)."""
+    {name: device address} (default 0). A call the op sends to PyTorch's SDPA as "slower"
+    still gets its kernels' launches, with Plan.slower saying so."""
     p = _decide(q, k, v, bool(causal), scale)
+    slower = None
     if isinstance(p, _Fallback):
-        raise ArtifactError(p.detail)
+        if p.plan is None:
+            raise ArtifactError(p.detail)
+        slower, p = p.detail, p.plan
     ptrs = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": 0}
     scratch = scratch or {}
     launches = []
@@ -404,7 +435,7 @@ def plan(q, k, v, causal=False, scale=None, scratch=None):
                 value = what
             out.append((label, kind, value))
         launches.append(Launch(kernel, grid, block, smem, out))
-    return Plan(p.variant, launches, p.scratch, p.out_shape, p.copies)
+    return Plan(p.variant, launches, p.scratch, p.out_shape, p.copies, slower)
 
 
 # ---- the CUDA driver, through ctypes ------------------------------------------------------
@@ -756,10 +787,13 @@ def kernel_launcher(q, k, v, is_causal=False, scale=None):
     launches the plan these tensors get (no checks, no allocation, no count) for inputs like
     these (same dtypes, shapes, strides), into `o` (contiguous, q's shape and dtype) or else one
     output allocated here, with one workspace allocated here. Raises FallbackError where the
-    kernels do not serve such a call, ArtifactError where a call would copy an input first."""
+    kernels do not serve such a call, ArtifactError where a call would copy an input first.
+    A call the op sends to PyTorch's SDPA as "slower" gets its kernels: benchmarks time them."""
     p = plan_of(q, k, v, is_causal, scale)
     if p.__class__ is _Fallback:
-        raise FallbackError(p.reason, p.detail)
+        if p.plan is None:
+            raise FallbackError(p.reason, p.detail)
+        p = p.plan
     if p.copies:
         raise ArtifactError(f"kernel_launcher: a call copies {', '.join(p.copies)} to contiguous first; "
                             "pass tensors the kernels read as they are")

@@ -6,7 +6,10 @@
 //! `kernel.<variant>.cu`, `.ptx` and `.<arch>.cubin` per variant, and the fixed files
 //! ([`crate::files`]): `evo_kernel.py` (the PyTorch op, through the CUDA driver),
 //! `bench.py` with `sdpa_bench.py` (timing against every SDPA backend), `kernel.h` (C/C++
-//! launch helper), `example.cpp` (a C++ program using it) and `README.md`.
+//! launch helper), `example.cpp` (a C++ program using it) and `README.md`. Per shape, an
+//! entry whose run measured PyTorch's SDPA faster than its variant is marked
+//! `baseline_faster` (unless `keep_slower`), so the PyTorch op never makes its user slower
+//! than PyTorch where the search measured both.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,6 +49,9 @@ pub struct ExportOptions<'a> {
     /// Export builds that differ from the ones the search checked (their compile key
     /// changed since the run: a template, a compile option or NVRTC).
     pub unchecked_build: bool,
+    /// With `per_shape`: mark no dispatch entry `baseline_faster`, so `evo_kernel.py` runs
+    /// evo's kernels even on shapes where their run measured PyTorch's SDPA faster.
+    pub keep_slower: bool,
     /// The templates folder (default: where each run's config says).
     pub templates: Option<&'a Path>,
 }
@@ -451,6 +457,95 @@ fn build_variant(
     })
 }
 
+/// What measured a baseline, from the store's `source` text (`torch: ...`, `import:FILE
+/// (...)`, `genome:HASH`; see evo_run::baseline): a [`Source::baseline_kind`] word, with
+/// no path of this machine in it.
+fn baseline_kind(source: &str) -> &'static str {
+    if source.starts_with("torch:") {
+        manifest::BASELINE_TORCH
+    } else if source.starts_with("import:") {
+        manifest::BASELINE_IMPORT
+    } else if source.starts_with("genome:") {
+        manifest::BASELINE_GENOME
+    } else {
+        "other"
+    }
+}
+
+/// The note for per-shape entries whose run has no PyTorch baseline on their shape (a
+/// genome baseline, e.g. `configs/sdpa_wgmma_quick.toml`'s first seed): nothing tells the
+/// export whether PyTorch's SDPA is faster there, so they keep evo's kernels.
+fn unchecked_against_pytorch(m: &Manifest) -> Result<Option<String>> {
+    let mut runs: Vec<&str> = Vec::new();
+    let mut n = 0;
+    for e in &m.dispatch.table {
+        if m.has_pytorch_baseline(e)? == Some(false) {
+            n += 1;
+            let run = m
+                .variants
+                .iter()
+                .find(|v| v.name == e.variant)
+                .map_or("?", |v| v.run.as_str());
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+        }
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    let runs = runs
+        .iter()
+        .map(|r| format!("`{r}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(Some(format!(
+        "{n} of {} shapes were not measured against PyTorch's SDPA (the baseline of run {runs} there is not PyTorch's): evo_kernel.py runs evo's kernels on them whether or not PyTorch is faster. To let the export check them, import PyTorch's times into the run first: `python3 scripts/torch_sdpa_baseline.py CONFIG --out FILE` on the search's GPU, then `evo baseline import --run RUN FILE`",
+        m.dispatch.table.len()
+    )))
+}
+
+/// Marks every per-shape entry whose run measured PyTorch's SDPA faster than its variant
+/// ([`Manifest::baseline_faster`]), so `evo_kernel.py` never makes a PyTorch user slower
+/// than PyTorch; with `keep_slower` marks none. Returns the note naming those shapes with
+/// both times, and what becomes of them.
+fn mark_baseline_faster(m: &mut Manifest, keep_slower: bool) -> Result<Option<String>> {
+    let mut slower = Vec::new();
+    for i in 0..m.dispatch.table.len() {
+        let Some(mark) = m.baseline_faster(&m.dispatch.table[i])? else {
+            continue;
+        };
+        let e = &mut m.dispatch.table[i];
+        slower.push(format!(
+            "{} (PyTorch's SDPA {:.2} µs, {} {:.2} µs: evo {:.2}x)",
+            e.key_text(),
+            mark.baseline_us,
+            e.variant,
+            mark.variant_us,
+            mark.baseline_us / mark.variant_us
+        ));
+        if !keep_slower {
+            e.baseline_faster = Some(mark);
+        }
+    }
+    if slower.is_empty() {
+        return Ok(None);
+    }
+    let n = slower.len();
+    let shapes = if n == 1 { "shape" } else { "shapes" };
+    Ok(Some(if keep_slower {
+        format!(
+            "--keep-slower: evo_kernel.py runs evo's kernels on {n} {shapes} where their run measured PyTorch's SDPA faster: {}",
+            slower.join("; ")
+        )
+    } else {
+        format!(
+            "{n} {shapes} go to PyTorch's SDPA in evo_kernel.py (fallback reason `slower`, as do calls whose nearest searched shape is one of them), because their run measured it faster than evo's fastest variant: {}. kernel.h keeps the variants (C++ has no SDPA to fall back to); --keep-slower exports evo's kernels there too",
+            slower.join("; ")
+        )
+    }))
+}
+
 /// Makes `out` ready: created, or empty, or (with `--force`) an earlier artifact whose
 /// files are removed.
 fn prepare_out(out: &Path, force: bool) -> Result<()> {
@@ -581,6 +676,8 @@ fn choose_per_shape(inputs: &[Input]) -> Result<Choice> {
                 specialization: spec,
                 shape: Some(runtime_of(problem, shape)),
                 variant: name,
+                // Marked once the manifest holds the variants' times (export_async).
+                baseline_faster: None,
             });
         }
     }
@@ -631,6 +728,7 @@ fn choose_best(input: &Input, picked: bool) -> Choice {
             specialization: spec.clone(),
             shape: None,
             variant: name,
+            baseline_faster: None,
         });
     }
     Choice {
@@ -881,17 +979,20 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     let mut sources = Vec::new();
     for input in &inputs {
         let run = &input.run;
+        let baselines = store.baselines(run.id).await?;
         sources.push(Source {
             run: run.name.clone(),
             run_id: run.id.0,
             evaluator: run.evaluator.clone(),
             family: input.loaded.family.name.clone(),
             config_toml: run.config_toml.clone(),
-            baseline_us: store
-                .baselines(run.id)
-                .await?
-                .into_iter()
-                .map(|b| (b.shape, b.median_us))
+            baseline_us: baselines
+                .iter()
+                .map(|b| (b.shape.clone(), b.median_us))
+                .collect(),
+            baseline_kind: baselines
+                .iter()
+                .map(|b| (b.shape.clone(), baseline_kind(&b.source).to_string()))
                 .collect(),
             search_nvrtc_version: run.nvrtc_version.clone(),
             compile: CompileInfo {
@@ -940,10 +1041,15 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
                 RULE_SPECIALIZATION
             }
             .into(),
+            baseline_faster_marked: o.per_shape.then_some(!o.keep_slower),
             table,
         },
         files: BTreeMap::new(),
     };
+    if o.per_shape {
+        notes.extend(mark_baseline_faster(&mut m, o.keep_slower)?);
+        notes.extend(unchecked_against_pytorch(&m)?);
+    }
     for (name, text) in files::fixed_files() {
         write(name, text.as_bytes())?;
     }

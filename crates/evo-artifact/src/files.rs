@@ -180,6 +180,33 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
         "\n// Dispatch ({}): {}",
         m.dispatch.mode, m.dispatch.rule
     )?;
+    // The entries evo_kernel.py defers to PyTorch's SDPA: C++ has no SDPA to fall back to,
+    // so kernel.h keeps their variants (said here, where a C++ reader picks variants).
+    let marked: Vec<String> = m
+        .dispatch
+        .table
+        .iter()
+        .filter_map(|e| {
+            e.baseline_faster.map(|b| {
+                format!(
+                    "//   {} -> {} (PyTorch's SDPA {:.2} us, the variant {:.2} us)",
+                    e.key_text(),
+                    e.variant,
+                    b.baseline_us,
+                    b.variant_us
+                )
+            })
+        })
+        .collect();
+    if !marked.is_empty() {
+        writeln!(
+            h,
+            "// On these shapes the run measured PyTorch's SDPA faster than the variant, and evo_kernel.py\n\
+             // calls PyTorch's SDPA instead (manifest.json: dispatch entries marked `baseline_faster`).\n\
+             // C++ has no SDPA to fall back to: the variants below serve these shapes too.\n{}",
+            marked.join("\n")
+        )?;
+    }
     // The variables every expression of a variant may read, as C++ constants.
     let bind = |v: &Variant, from_abi: bool| -> String {
         let mut b = String::new();
@@ -529,10 +556,48 @@ pub fn readme(m: &Manifest) -> String {
         );
     }
     if m.dispatch.mode == "per_shape" {
-        let _ = writeln!(r, "\n| shape | variant |\n|---|---|");
+        let _ = writeln!(
+            r,
+            "\n| shape | variant | evo_kernel.py runs |\n|---|---|---|"
+        );
         for e in &m.dispatch.table {
-            let _ = writeln!(r, "| {} | {} |", e.key_text(), e.variant);
+            let _ = writeln!(
+                r,
+                "| {} | {} | {} |",
+                e.key_text(),
+                e.variant,
+                e.baseline_faster.map_or("the variant".into(), |b| format!(
+                    "PyTorch's SDPA ({:.2} µs; the variant {:.2} µs)",
+                    b.baseline_us, b.variant_us
+                ))
+            );
         }
+        let marked = m
+            .dispatch
+            .table
+            .iter()
+            .filter(|e| e.baseline_faster.is_some())
+            .count();
+        let _ = writeln!(
+            r,
+            "\n{}",
+            match m.dispatch.baseline_faster_marked {
+                Some(true) if marked > 0 => format!(
+                    "On {marked} shape{} the run measured PyTorch's SDPA faster than evo's fastest\n\
+                     variant: `evo_kernel.py` calls PyTorch's SDPA there, and for calls whose nearest searched\n\
+                     shape is one of them (fallback reason `slower` in `evo_kernel.stats()`), so it never\n\
+                     makes a PyTorch user slower than PyTorch where the search measured both. `kernel.h` has no SDPA to fall back\n\
+                     to: C++ callers keep the variant on those shapes.",
+                    if marked == 1 { "" } else { "s" }
+                ),
+                Some(false) => "Exported with `--keep-slower`: `evo_kernel.py` runs evo's kernels on every shape,\n\
+                     including any where the run measured PyTorch's SDPA faster."
+                    .into(),
+                _ => "On every shape evo's variant was no slower than the run's PyTorch baseline (where it\n\
+                      had one)."
+                    .into(),
+            }
+        );
     }
     let _ = writeln!(
         r,

@@ -5,7 +5,9 @@
 //!   fastest correct genome of each shape over one run or several), through the
 //!   sanitizer gate, recompiled for every specialization exactly as the search did
 //!   (same template, options and architecture), written to a folder with its
-//!   `manifest.json`. It returns the manifest and its notes; it prints nothing.
+//!   `manifest.json`; per shape, the entries where the run measured PyTorch's SDPA
+//!   faster are marked for `evo_kernel.py` to defer to it. It returns the manifest and
+//!   its notes; it prints nothing.
 //! * [`manifest`]: the `evo-artifact-3` format (what was exported, from which runs, how
 //!   to launch it, what it measured, the SHA-256 of every file).
 //! * [`files`]: the fixed files (`evo_kernel.py`, `bench.py` with `sdpa_bench.py`,

@@ -82,6 +82,12 @@ pub struct Source {
     pub config_toml: String,
     /// The run's baseline per shape (canonical shape text → µs), when it had one.
     pub baseline_us: BTreeMap<String, f64>,
+    /// What measured each baseline (canonical shape text → [`BASELINE_TORCH`],
+    /// [`BASELINE_IMPORT`] or [`BASELINE_GENOME`]): only PyTorch's ([`PYTORCH_BASELINES`])
+    /// mark a dispatch entry [`DispatchEntry::baseline_faster`], since that is what a
+    /// deferred call runs instead. Absent in manifests written before marks existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baseline_kind: BTreeMap<String, String>,
     /// NVRTC the search used.
     pub search_nvrtc_version: Option<String>,
     pub compile: CompileInfo,
@@ -276,6 +282,13 @@ pub struct Dispatch {
     /// `specialization` or `per_shape`.
     pub mode: String,
     pub rule: String,
+    /// Per-shape mode: whether the export marked every entry whose run measured PyTorch's
+    /// SDPA faster than its variant ([`DispatchEntry::baseline_faster`]): `true` by
+    /// default, `false` for an export with `--keep-slower` (no entry is marked). `evo
+    /// verify` holds the marks to it. Absent in specialization mode (one variant serves
+    /// every shape: nothing is marked) and in manifests written before marks existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_faster_marked: Option<bool>,
     pub table: Vec<DispatchEntry>,
 }
 
@@ -286,7 +299,38 @@ pub struct DispatchEntry {
     /// Run-time variables (per-shape mode only).
     pub shape: Option<Vars>,
     pub variant: String,
+    /// Per-shape mode: the variant's run measured PyTorch's SDPA faster than the variant
+    /// on this shape ([`Manifest::baseline_faster`] gives the mark the manifest's numbers
+    /// call for). `evo_kernel.py` sends the calls this entry is chosen for to PyTorch's
+    /// SDPA (fallback reason `slower`); `kernel.h`, with no SDPA to fall back to, keeps
+    /// the variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_faster: Option<BaselineFaster>,
 }
+
+/// The two times behind a [`DispatchEntry::baseline_faster`] mark, in µs: the variant's
+/// median on the entry's shape (its `shapes` record) and its run's baseline there
+/// ([`Source::baseline_us`]), the smaller.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselineFaster {
+    pub variant_us: f64,
+    pub baseline_us: f64,
+}
+
+/// [`Source::baseline_kind`]: PyTorch's SDPA timed when the run started (`[search]
+/// baseline = "torch"`).
+pub const BASELINE_TORCH: &str = "torch";
+/// [`Source::baseline_kind`]: times `evo baseline import` read from a file (what
+/// scripts/torch_sdpa_baseline.py writes: PyTorch's SDPA measured outside evo).
+pub const BASELINE_IMPORT: &str = "import";
+/// [`Source::baseline_kind`]: a genome of the run's family (`[search] baseline =
+/// "genome:..."`, or the first seed where PyTorch could not be timed).
+pub const BASELINE_GENOME: &str = "genome";
+
+/// The baseline kinds that time PyTorch's SDPA, the call a marked entry defers to; a
+/// faster genome baseline says nothing about PyTorch and marks nothing.
+pub const PYTORCH_BASELINES: [&str; 2] = [BASELINE_TORCH, BASELINE_IMPORT];
 
 impl DispatchEntry {
     /// What the entry matches, as canonical texts: the specialization, a space, and the
@@ -334,6 +378,78 @@ impl Manifest {
             None => bail!("{} has no `schema` field", path.display()),
         }
         serde_json::from_value(value).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// The mark a per-shape dispatch entry calls for by the manifest's own numbers: both
+    /// times when its variant's run has a PyTorch baseline ([`PYTORCH_BASELINES`]) on the
+    /// entry's shape (key: [`evo_core::shape_key`] of the specialization and the run-time
+    /// variables, as the store's) faster than the variant's median there; `None` in
+    /// specialization mode, without such a baseline or time, or where the variant is no
+    /// slower. `evo export` marks by it and `evo verify` checks the marks against it.
+    pub fn baseline_faster(&self, e: &DispatchEntry) -> Result<Option<BaselineFaster>> {
+        let Some((v, source, key)) = self.entry_measurements(e)? else {
+            return Ok(None);
+        };
+        let variant_us = v
+            .shapes
+            .iter()
+            .find(|s| evo_core::shape_key(&s.shape) == key)
+            .and_then(|s| s.median_us);
+        Ok(
+            match (
+                Self::pytorch_baseline(source, &key),
+                source.baseline_us.get(&key),
+                variant_us,
+            ) {
+                (true, Some(&baseline_us), Some(variant_us)) if baseline_us < variant_us => {
+                    Some(BaselineFaster {
+                        variant_us,
+                        baseline_us,
+                    })
+                }
+                _ => None,
+            },
+        )
+    }
+
+    /// Whether a per-shape dispatch entry's run has a PyTorch baseline ([`PYTORCH_BASELINES`])
+    /// on the entry's shape, the comparison [`Manifest::baseline_faster`] needs; `None` in
+    /// specialization mode.
+    pub fn has_pytorch_baseline(&self, e: &DispatchEntry) -> Result<Option<bool>> {
+        Ok(self
+            .entry_measurements(e)?
+            .map(|(_, source, key)| Self::pytorch_baseline(source, &key)))
+    }
+
+    fn pytorch_baseline(source: &Source, key: &str) -> bool {
+        source
+            .baseline_kind
+            .get(key)
+            .is_some_and(|k| PYTORCH_BASELINES.contains(&k.as_str()))
+    }
+
+    /// A per-shape entry's variant, that variant's run and the entry's shape key
+    /// ([`evo_core::shape_key`] of the specialization and the run-time variables, as the
+    /// store's); `None` in specialization mode.
+    fn entry_measurements(&self, e: &DispatchEntry) -> Result<Option<(&Variant, &Source, String)>> {
+        let Some(shape) = &e.shape else {
+            return Ok(None);
+        };
+        let v = self
+            .variants
+            .iter()
+            .find(|v| v.name == e.variant)
+            .ok_or_else(|| {
+                anyhow!(
+                    "dispatch entry {} names variant {}, which the manifest does not have",
+                    e.key_text(),
+                    e.variant
+                )
+            })?;
+        let source = self.source_of(v)?;
+        let mut full = e.specialization.clone();
+        full.extend(shape.clone());
+        Ok(Some((v, source, evo_core::shape_key(&full))))
     }
 
     /// The run a variant comes from.

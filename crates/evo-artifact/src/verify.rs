@@ -9,7 +9,9 @@
 //! 2. [`check_consistency`]: every variant's genome against its hash, and its source
 //!    against what the genome renders to with this evo's templates in its run's
 //!    specialization (the manifest is not hashed: an edited genome or hash fails here);
-//!    each CUBIN's registers and launch rule against the manifest.
+//!    each CUBIN's registers and launch rule against the manifest; every dispatch entry's
+//!    `baseline_faster` mark against the manifest's own times (a mark removed or
+//!    invented fails here).
 //! 3. [`GpuHere::new`], then [`run_gates`]: each variant's CUBIN (the artifact's own
 //!    bytes) through evo's gates on GPU 0 — static, correctness on the manifest's shapes
 //!    plus the problem's edge shapes with the run's tolerances, and the timing — with
@@ -33,6 +35,7 @@ use evo_run::Context as Loaded;
 use serde::Serialize;
 
 use crate::export::{load_config, nvrtc_name};
+use crate::files::EVO_KERNEL_PY;
 use crate::manifest::{
     check_files, sha256_hex, FileCheck, Manifest, Variant, VariantLaunches, MANIFEST,
 };
@@ -311,6 +314,68 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
     Ok(())
 }
 
+/// Whether every dispatch entry carries the `baseline_faster` mark the manifest's own
+/// numbers call for ([`Manifest::baseline_faster`]): none in specialization mode or in an
+/// export made with `--keep-slower` (`dispatch.baseline_faster_marked` false), exactly the
+/// entries whose run's PyTorch baseline was faster otherwise, with those times. The
+/// manifest is not hashed, and a removed mark would make `evo_kernel.py` run the slower
+/// kernel: an edit fails here. A per-shape manifest without `baseline_faster_marked` was
+/// written before marks existed, unless its `evo_kernel.py` is this evo's (which every
+/// per-shape export of this evo writes it with).
+fn check_marks(m: &Manifest) -> Result<()> {
+    let edited = "the manifest was edited; export it again with `evo export`";
+    let marked = match (m.dispatch.mode.as_str(), m.dispatch.baseline_faster_marked) {
+        ("per_shape", Some(on)) => on,
+        ("per_shape", None) => {
+            if m.files.get("evo_kernel.py") == Some(&sha256_hex(EVO_KERNEL_PY.as_bytes())) {
+                bail!(
+                    "dispatch.baseline_faster_marked is missing, but this evo's evo_kernel.py, which the artifact holds, comes only with exports that write it: {edited}"
+                );
+            }
+            false
+        }
+        (_, Some(on)) => bail!(
+            "dispatch.baseline_faster_marked is {on} in {} mode, where one variant serves every shape and nothing is marked: {edited}",
+            m.dispatch.mode
+        ),
+        (_, None) => false,
+    };
+    for e in &m.dispatch.table {
+        let want = m.baseline_faster(e)?;
+        let times = |b: &crate::manifest::BaselineFaster| {
+            format!(
+                "PyTorch's SDPA {} µs, {} {} µs",
+                b.baseline_us, e.variant, b.variant_us
+            )
+        };
+        match (&e.baseline_faster, want) {
+            (Some(have), _) if !marked => bail!(
+                "dispatch entry {} is marked baseline_faster ({}), but the export marked none (dispatch.baseline_faster_marked is not true): {edited}",
+                e.key_text(),
+                times(have)
+            ),
+            (Some(have), None) => bail!(
+                "dispatch entry {} is marked baseline_faster ({}), but the manifest's own times do not say so (its variant's `shapes` median against its run's PyTorch `baseline_us` there): evo_kernel.py would send these calls to PyTorch's SDPA for no reason; {edited}",
+                e.key_text(),
+                times(have)
+            ),
+            (Some(have), Some(want)) if *have != want => bail!(
+                "dispatch entry {}'s baseline_faster mark says {}, the manifest's own times say {}: {edited}",
+                e.key_text(),
+                times(have),
+                times(&want)
+            ),
+            (None, Some(want)) if marked => bail!(
+                "dispatch entry {} has no baseline_faster mark, but its run measured PyTorch's SDPA faster there ({}) and the export marks every such entry (dispatch.baseline_faster_marked is true): evo_kernel.py would run the slower kernel; {edited}",
+                e.key_text(),
+                times(&want)
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Step 1: the manifest of the artifact in `dir`, and every file it lists against its
 /// hash (`files` and `extra_files` of the report: files of the folder the artifact does
 /// not need, e.g. a user's notes, are only listed). A bad file ([`Report::bad_files`])
@@ -384,6 +449,7 @@ fn consistency(
         ));
         prepared.push(p);
     }
+    check_marks(m)?;
     Ok(Consistent {
         problem,
         loaded,

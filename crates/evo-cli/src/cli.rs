@@ -316,6 +316,11 @@ pub enum Command {
         /// artifact's builds on a GPU.
         #[arg(long)]
         unchecked_build: bool,
+        /// With --per-shape: keep evo's kernels in evo_kernel.py on shapes where their run
+        /// measured PyTorch's SDPA faster. Without it those shapes (and the calls nearest to
+        /// them) go to PyTorch's SDPA, named in the export's notes.
+        #[arg(long, requires = "per_shape")]
+        keep_slower: bool,
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
     },

@@ -103,7 +103,8 @@ falls_back("arch", q, k, v, is_causal=CAUSAL)
 torch.cuda.capability = (9, 0)
 ek._capabilities.clear(), ek._plans.clear()
 served(lambda: ek.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL))
-assert set(ek.stats()["fallback"]) >= set(ek.REASONS) - {"causal"}, ek.stats()
+# ("slower" needs a dispatch entry marked baseline_faster: export.rs tests it on its own artifact.)
+assert set(ek.stats()["fallback"]) >= set(ek.REASONS) - {"causal", "slower"}, ek.stats()
 
 # -- strict mode: raises instead, names the reason, counts nothing
 for how in ("function", "environment"):

@@ -6,7 +6,9 @@
 //! a fake libcuda.so.1 (plan cache, every fallback reason, strict mode, layout copies, the
 //! torch op, transformers), kernel.h's launch rule and example.cpp (through g++), the
 //! per-shape export over two runs of two families, the refusals, tamper detection and
-//! verify's re-render of every variant from its genome.
+//! verify's re-render of every variant from its genome; per-shape entries deferred to
+//! PyTorch's SDPA where the run's baseline was faster (`baseline_faster`, the Python
+//! binding's "slower" fallback, `--keep-slower`, verify's check of the marks).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1084,6 +1086,326 @@ fn per_shape_export_picks_the_fastest_genome_of_each_shape() {
             "the only head-dim-128 entry"
         );
     }
+}
+
+/// Sets run `run`'s baselines: each shape's time and the store's source text (what
+/// evo_run::baseline writes: `torch: ...`, `import:FILE (...)`, `genome:HASH`).
+fn set_baselines(db: &Path, run: &str, rows: &[(&Vars, f64, &str)]) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(db.to_str().unwrap()).await.unwrap();
+        let id = store.run(run).await.unwrap().unwrap().id;
+        let rows: Vec<(String, f64, &str)> = rows
+            .iter()
+            .map(|(s, t, source)| (evo_core::shape_key(s), *t, *source))
+            .collect();
+        store.set_baselines(id, &rows).await.unwrap();
+        store.close().await;
+    });
+}
+
+/// The fixture with baselines for run `night`, whose per-shape winners take 10 + i µs on
+/// shape i (B's 12 µs on the third): PyTorch faster on shapes 1 and 2 (timed at the run's
+/// start) and 5 (imported), slower on 0, equal on 3, a faster genome baseline on 6 (says
+/// nothing about PyTorch), none elsewhere. Returns the table indices that must be marked,
+/// with (variant µs, baseline µs).
+fn fixture_with_baselines(db: &Path) -> Vec<(usize, f64, f64)> {
+    fixture(db);
+    let s = shapes();
+    let torch = "torch: torch 2.9 sdpa (default backend), CUDA graph";
+    set_baselines(
+        db,
+        "night",
+        &[
+            (&s[0], 10.5, torch),
+            (&s[1], 10.9, torch),
+            (&s[2], 11.0, torch),
+            (&s[3], 13.0, torch),
+            (
+                &s[5],
+                14.0,
+                "import:/tmp/torch_baseline.json (torch 2.9 sdpa)",
+            ),
+            (&s[6], 1.0, "genome:3faffb3e200ffd91"),
+        ],
+    );
+    vec![(1, 11.0, 10.9), (2, 12.0, 11.0), (5, 15.0, 14.0)]
+}
+
+/// The calls (B,H,S,D,dtype) of artifact_slower.py for the fixture's table: the marked shapes,
+/// and one nearest to the third (2, 8, 2048, 64); the others.
+const SLOWER_CALLS: &str = "2,8,512,64,f16;2,8,2048,64,f16;2,8,1800,64,f16;1,8,512,64,bf16";
+const SERVED_CALLS: &str =
+    "1,8,512,64,f16;2,8,512,128,f16;4,8,2048,64,f16;2,8,512,64,bf16;4,8,2048,64,bf16";
+
+/// evo's stdout and stderr of a command that must fail, for the message.
+fn failing(c: &mut Command) -> String {
+    let a = c.assert().failure();
+    String::from_utf8_lossy(&a.get_output().stderr).to_string()
+}
+
+/// A per-shape export marks exactly the entries whose run measured PyTorch's SDPA faster
+/// than the chosen variant (not where PyTorch was slower or equal, had no time, or where
+/// the faster baseline was a genome), with both times; says so in its notes, its summary,
+/// kernel.h and README.md; evo_kernel.py sends those calls (and the nearest ones) to PyTorch
+/// as "slower" and serves the others; verify accepts the marks and refuses a manifest whose
+/// mark was removed, invented or altered, or whose record of the choice was edited.
+#[test]
+fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let want = fixture_with_baselines(&db);
+    let out = tmp.path().join("art");
+    let o = evo(&db)
+        .args(["export", "--unsanitized", "night", "--per-shape", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&o.get_output().stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.get_output().stderr).to_string();
+    let m = manifest(&out);
+    assert_eq!(m["dispatch"]["baseline_faster_marked"], true);
+    let table = m["dispatch"]["table"].as_array().unwrap();
+    assert_eq!(table.len(), 10);
+    for (i, e) in table.iter().enumerate() {
+        match want.iter().find(|w| w.0 == i) {
+            Some(&(_, variant_us, baseline_us)) => assert_eq!(
+                e["baseline_faster"],
+                serde_json::json!({"variant_us": variant_us, "baseline_us": baseline_us}),
+                "entry {i}"
+            ),
+            None => assert!(e.get("baseline_faster").is_none(), "entry {i}: {e}"),
+        }
+    }
+    let kinds = &m["sources"][0]["baseline_kind"];
+    assert_eq!(kinds[evo_core::shape_key(&shapes()[5])], "import");
+    assert_eq!(kinds[evo_core::shape_key(&shapes()[6])], "genome");
+    assert_eq!(kinds[evo_core::shape_key(&shapes()[2])], "torch");
+    // The shapes without a PyTorch baseline (none, or the genome's on shape 6) are said.
+    assert!(
+        stderr.contains(
+            "5 of 10 shapes were not measured against PyTorch's SDPA (the baseline of run `night`"
+        ),
+        "{stderr}"
+    );
+    // The notes name the deferred shapes with both times; the summary marks their lines.
+    let third = "CAUSAL=false,DTYPE=f16,HEAD_DIM=64 BATCH=2,HEADS=8,SEQ_KV=2048,SEQ_Q=2048";
+    assert!(
+        stderr.contains("3 shapes go to PyTorch's SDPA in evo_kernel.py")
+            && stderr.contains(&format!("{third} (PyTorch's SDPA 11.00 µs,"))
+            && stderr.contains("12.00 µs: evo 0.92x)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout.matches("(evo_kernel.py: PyTorch's SDPA,").count(),
+        3,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "dispatch {third} -> f16_hd64_{} (evo_kernel.py: PyTorch's SDPA, 11.00 us < 12.00 us)",
+            &Genome::parse(B).unwrap().hash().0[..8]
+        )),
+        "{stdout}"
+    );
+    let kernel_h = std::fs::read_to_string(out.join("kernel.h")).unwrap();
+    assert!(
+        kernel_h.contains("C++ has no SDPA to fall back to")
+            && kernel_h.contains(&format!("//   {third} -> ")),
+        "{kernel_h}"
+    );
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert_eq!(
+        readme
+            .matches("| PyTorch's SDPA (11.00 µs; the variant 12.00 µs) |")
+            .count(),
+        1,
+        "{readme}"
+    );
+    assert!(readme.contains("C++ callers keep the variant"), "{readme}");
+
+    // evo_kernel.py: the marked shapes and the nearest fall back as "slower", the rest run.
+    let lib = tempfile::tempdir().unwrap();
+    if fake_driver(lib.path()).is_some() {
+        if let Some(report) = run_fake(
+            lib.path(),
+            "artifact_slower.py",
+            &out,
+            &[
+                ("SLOWER", SLOWER_CALLS.into()),
+                ("SERVED", SERVED_CALLS.into()),
+            ],
+        ) {
+            let checked = report["checked"].as_array().unwrap();
+            assert_eq!(checked.len(), 9, "{report}");
+            assert_eq!(report["stats"]["fallback"]["slower"], 4, "{report}");
+            let details = &report["details"];
+            assert!(
+                details["2,8,2048,64,f16"]
+                    .as_str()
+                    .unwrap()
+                    .contains("PyTorch's SDPA at 11.00 us and evo's"),
+                "{report}"
+            );
+            assert!(
+                details["2,8,1800,64,f16"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the nearest searched shape"),
+                "{report}"
+            );
+        }
+    }
+
+    // verify: the marks agree with the manifest's own times.
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let text = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(
+        text.contains(
+            "dispatch: marks agree with the manifest's times: 3 of 10 shapes go to PyTorch's SDPA"
+        ),
+        "{text}"
+    );
+    // Hand edits of the (unhashed) manifest fail, each with its reason.
+    let original = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let edit = |f: &dyn Fn(&mut Json), needle: &str| {
+        let mut m: Json = serde_json::from_str(&original).unwrap();
+        f(&mut m);
+        std::fs::write(out.join("manifest.json"), m.to_string()).unwrap();
+        let err = failing(evo(&db).arg("verify").arg(&out));
+        assert!(err.contains(needle), "{needle}: {err}");
+    };
+    edit(
+        &|m| {
+            m["dispatch"]["table"][2]
+                .as_object_mut()
+                .unwrap()
+                .remove("baseline_faster");
+        },
+        &format!("dispatch entry {third} has no baseline_faster mark, but its run measured PyTorch's SDPA faster there (PyTorch's SDPA 11 µs"),
+    );
+    edit(
+        &|m| {
+            m["dispatch"]["table"][0]["baseline_faster"] =
+                serde_json::json!({"variant_us": 10.0, "baseline_us": 10.5})
+        },
+        "is marked baseline_faster (PyTorch's SDPA 10.5 µs, f16_hd64_",
+    );
+    edit(
+        &|m| m["dispatch"]["table"][2]["baseline_faster"]["baseline_us"] = Json::from(9.0),
+        "baseline_faster mark says PyTorch's SDPA 9 µs",
+    );
+    edit(
+        &|m| m["dispatch"]["baseline_faster_marked"] = Json::from(false),
+        "but the export marked none",
+    );
+    edit(
+        &|m| {
+            m["dispatch"]
+                .as_object_mut()
+                .unwrap()
+                .remove("baseline_faster_marked");
+            for e in m["dispatch"]["table"].as_array_mut().unwrap() {
+                e.as_object_mut().unwrap().remove("baseline_faster");
+            }
+        },
+        "dispatch.baseline_faster_marked is missing",
+    );
+    std::fs::write(out.join("manifest.json"), &original).unwrap();
+    evo(&db)
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .stdout(predicates::str::contains("dispatch: marks agree"));
+}
+
+/// `--keep-slower` marks nothing (and records it): evo_kernel.py runs evo's kernels on every
+/// shape, the notes name the shapes where PyTorch was faster, and verify refuses a mark
+/// added by hand. A specialization-mode export (one variant for every shape) marks nothing
+/// either, and --keep-slower without --per-shape is a usage error.
+#[test]
+fn keep_slower_and_specialization_exports_mark_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    fixture_with_baselines(&db);
+    let out = tmp.path().join("art");
+    let o = evo(&db)
+        .args([
+            "export",
+            "--unsanitized",
+            "night",
+            "--per-shape",
+            "--keep-slower",
+            "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&o.get_output().stderr).to_string();
+    assert!(
+        stderr.contains("--keep-slower: evo_kernel.py runs evo's kernels on 3 shapes where their run measured PyTorch's SDPA faster"),
+        "{stderr}"
+    );
+    let m = manifest(&out);
+    assert_eq!(m["dispatch"]["baseline_faster_marked"], false);
+    for e in m["dispatch"]["table"].as_array().unwrap() {
+        assert!(e.get("baseline_faster").is_none(), "{e}");
+    }
+    let lib = tempfile::tempdir().unwrap();
+    if fake_driver(lib.path()).is_some() {
+        if let Some(report) = run_fake(
+            lib.path(),
+            "artifact_slower.py",
+            &out,
+            &[("SERVED", format!("{SLOWER_CALLS};{SERVED_CALLS}"))],
+        ) {
+            assert_eq!(report["checked"].as_array().unwrap().len(), 9, "{report}");
+            assert_eq!(report["stats"]["fallback"], serde_json::json!({}));
+        }
+    }
+    let v = evo(&db).arg("verify").arg(&out).assert();
+    let text = String::from_utf8_lossy(&v.get_output().stdout).to_string();
+    assert!(
+        text.contains("dispatch: exported with --keep-slower"),
+        "{text}"
+    );
+    let original = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let mut edited: Json = serde_json::from_str(&original).unwrap();
+    edited["dispatch"]["table"][2]["baseline_faster"] =
+        serde_json::json!({"variant_us": 12.0, "baseline_us": 11.0});
+    std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
+    let err = failing(evo(&db).arg("verify").arg(&out));
+    assert!(err.contains("but the export marked none"), "{err}");
+
+    // Specialization mode: no marks, no record of the choice, and a mark added is refused.
+    let best = tmp.path().join("best");
+    evo(&db)
+        .args(["export", "--unsanitized", "night", "--out"])
+        .arg(&best)
+        .assert()
+        .success();
+    let m = manifest(&best);
+    assert!(m["dispatch"].get("baseline_faster_marked").is_none());
+    for e in m["dispatch"]["table"].as_array().unwrap() {
+        assert!(e.get("baseline_faster").is_none(), "{e}");
+    }
+    let text = std::fs::read_to_string(best.join("manifest.json")).unwrap();
+    let mut edited: Json = serde_json::from_str(&text).unwrap();
+    edited["dispatch"]["table"][0]["baseline_faster"] =
+        serde_json::json!({"variant_us": 12.0, "baseline_us": 11.0});
+    std::fs::write(best.join("manifest.json"), edited.to_string()).unwrap();
+    let err = failing(evo(&db).arg("verify").arg(&best));
+    assert!(
+        err.contains("is marked baseline_faster") && err.contains("the export marked none"),
+        "{err}"
+    );
+    let a = evo(&db)
+        .args(["export", "night", "--keep-slower", "--out"])
+        .arg(tmp.path().join("usage"))
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+    assert!(err.contains("--per-shape"), "{err}");
 }
 
 /// A database with run `name` of `configs/<config>.toml` (family `family`): one evaluated

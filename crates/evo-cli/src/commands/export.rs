@@ -61,7 +61,13 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
         }
         if manifest.dispatch.mode == "per_shape" {
             for e in &manifest.dispatch.table {
-                outln!("  dispatch {} -> {}", e.key_text(), e.variant)?;
+                let deferred = e.baseline_faster.map_or(String::new(), |b| {
+                    format!(
+                        " (evo_kernel.py: PyTorch's SDPA, {:.2} us < {:.2} us)",
+                        b.baseline_us, b.variant_us
+                    )
+                });
+                outln!("  dispatch {} -> {}{deferred}", e.key_text(), e.variant)?;
             }
         }
         outln!(

@@ -230,6 +230,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             force,
             unsanitized,
             unchecked_build,
+            keep_slower,
             db,
         } => export::run(
             evo_artifact::ExportOptions {
@@ -240,6 +241,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 force: *force,
                 unsanitized: *unsanitized,
                 unchecked_build: *unchecked_build,
+                keep_slower: *keep_slower,
                 templates,
             },
             cli.json,

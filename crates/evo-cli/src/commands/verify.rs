@@ -55,6 +55,27 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
             "manifest: consistent with the CUBINs and its launch rule; to check: {}",
             report.plan.join("; ")
         ))?;
+        if m.dispatch.mode == "per_shape" {
+            let marked = m
+                .dispatch
+                .table
+                .iter()
+                .filter(|e| e.baseline_faster.is_some())
+                .count();
+            closed_ok(outln!(
+                "dispatch: {}",
+                match m.dispatch.baseline_faster_marked {
+                    Some(true) => format!(
+                        "marks agree with the manifest's times: {marked} of {} shapes go to PyTorch's SDPA in evo_kernel.py (their run measured it faster)",
+                        m.dispatch.table.len()
+                    ),
+                    Some(false) =>
+                        "exported with --keep-slower: evo_kernel.py runs evo's kernels on every shape"
+                            .into(),
+                    None => "no baseline_faster marks (exported before they existed)".into(),
+                }
+            ))?;
+        }
     }
 
     // The GPU part.
