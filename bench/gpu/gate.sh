@@ -3,7 +3,8 @@
 # Runs from the repo root with `.gpu/` (bench/gpu/bundle.sh) carried; logs go to $OUT.
 #   bash bench/gpu/gate.sh STEP...   steps, in the order given:
 #   selftest    evo selftest (references vs float64 on varied calls, timing, fault isolation)
-#   planted     evo check on every planted suite (verdicts as expected, sanitizer cost)
+#   planted     evo check on every planted suite (verdicts as expected, sanitizer cost);
+#               PLANTED_SUITES="sdpa_fp8_e2e ..." runs only those
 #   tests       the GPU test binaries of .gpu/tests.tar.zst
 #   mma         evo eval --pairwise of configs/sdpa.toml (sdpa_fwd_mma)
 #   wgmma       evo eval --pairwise of configs/sdpa_wgmma.toml (sdpa_fwd_wgmma)
@@ -27,7 +28,7 @@ for s in "$@"; do
     $EVO selftest 2>&1 | tee "$OUT/selftest.txt" | tail -n 40
     echo "selftest exit: ${PIPESTATUS[0]}" ;;
   planted)
-    for suite in sdpa sdpa_fp8 sdpa_fp8_e2e gemm fp8_quantize; do
+    for suite in ${PLANTED_SUITES:-sdpa sdpa_fp8 sdpa_fp8_e2e gemm fp8_quantize}; do
       problem=$suite
       case $suite in sdpa) problem=sdpa_fwd ;; sdpa_fp8) problem=sdpa_fwd_fp8 ;; sdpa_fp8_e2e) problem=sdpa_fwd_fp8_e2e ;; esac
       step "planted $suite"

@@ -236,6 +236,139 @@ mod tests {
         }
     }
 
+    /// The outliers of the FP8 problems' Zeros trial (`harness::plant_outliers`) are the
+    /// only inputs that catch planted `sdpa_fp8_e2e/e_amax_clipped_at_24_rms.cu`, whose
+    /// quantizer takes min(amax, 24 x RMS) per slice: on every other trial kind, at the
+    /// suite's shapes and its edge shapes, no slice has a value 24 RMS out, so its codes
+    /// are the rule's bit for bit (it passes wherever the correct kernel does); on the
+    /// Zeros trial its answer fails the kernels' tolerance of the answer on the rule's codes.
+    #[test]
+    fn only_the_outliers_catch_a_quantizer_that_clips_at_24_rms() {
+        use evo_core::Value;
+        use evo_kernels::fp8;
+        use evo_kernels::harness::InputKind;
+        use evo_kernels::problem::Problem;
+        use evo_kernels::problems::{SdpaFp8, SdpaFp8E2e};
+        const CLIP: f32 = 24.0;
+        let shape = |b: i64, h: i64, sq: i64, skv: i64| {
+            let mut s = evo_core::Vars::new();
+            for (k, x) in [
+                ("BATCH", b),
+                ("HEADS", h),
+                ("SEQ_Q", sq),
+                ("SEQ_KV", skv),
+                ("HEAD_DIM", 64),
+            ] {
+                s.insert(k.into(), Value::Int(x));
+            }
+            SdpaFp8E2e.complete_shape(&s).unwrap()
+        };
+        // Per tensor (q, k, v): each slice's (amax, the planted kernel's clipped amax).
+        let amaxes = |s: &evo_core::Vars, originals: &[HostTensor]| -> Vec<Vec<(f32, f32)>> {
+            let d = |k: &str| s[k].as_int().unwrap() as usize;
+            [d("SEQ_Q"), d("SEQ_KV"), d("SEQ_KV")]
+                .iter()
+                .zip(originals)
+                .map(|(seq, t)| {
+                    let values: Vec<f32> = (0..t.len()).map(|i| t.get(i) as f32).collect();
+                    values
+                        .chunks(seq * d("HEAD_DIM"))
+                        .map(|slice| {
+                            let amax = fp8::amax(slice);
+                            let ss: f32 = slice.iter().map(|x| x * x).sum();
+                            (amax, amax.min(CLIP * (ss / slice.len() as f32).sqrt()))
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        // tests/planted/sdpa_fp8_e2e/check.toml's shapes and the problem's edge shapes.
+        let suite = [shape(2, 4, 512, 512), shape(1, 8, 1000, 1000)];
+        let mut shapes = suite.to_vec();
+        shapes.extend(SdpaFp8E2e.edge_shapes(&suite));
+        for s in &shapes {
+            for seed in 0..3u64 {
+                for (kind, call) in [
+                    InputKind::Random,
+                    InputKind::Large,
+                    InputKind::OneHot,
+                    InputKind::Rows,
+                ]
+                .into_iter()
+                .flat_map(|k| {
+                    [
+                        (k, SdpaFp8E2e.default_call(s)),
+                        (k, SdpaFp8E2e.varied_call(s, seed, &[])),
+                    ]
+                }) {
+                    let originals = SdpaFp8E2e.generate(s, &call, kind, seed);
+                    for (t, slices) in amaxes(s, &originals).iter().enumerate() {
+                        for (i, (amax, clipped)) in slices.iter().enumerate() {
+                            assert_eq!(
+                                amax, clipped,
+                                "{kind:?} seed {seed} {s:?}: tensor {t} slice {i}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // The Zeros trial: every normal slice's outlier clipped, the answer far off.
+        let s = shape(1, 4, 96, 160);
+        let call = SdpaFp8E2e.default_call(&s);
+        for seed in 0..3u64 {
+            let originals = SdpaFp8E2e.generate(&s, &call, InputKind::Zeros, seed);
+            let enc = SdpaFp8E2e
+                .encoded(&s, &call, InputKind::Zeros, seed)
+                .unwrap();
+            let mut clipped = Vec::new();
+            let mut descales = Vec::new();
+            for (t, slices) in amaxes(&s, &originals).iter().enumerate() {
+                let n = originals[t].len() / slices.len();
+                let mut codes = Vec::new();
+                let mut descale = Vec::new();
+                for (i, &(amax, clip)) in slices.iter().enumerate() {
+                    assert!(
+                        amax == 0.0 || clip < amax * 0.8,
+                        "seed {seed}: tensor {t} slice {i}: {amax} {clip}"
+                    );
+                    let (inv, d) = fp8::scales(clip);
+                    codes.extend(
+                        (i * n..(i + 1) * n).map(|j| fp8::encode(originals[t].get(j) as f32 * inv)),
+                    );
+                    descale.push(d);
+                }
+                clipped.push(HostTensor {
+                    elem: ElemType::E4m3,
+                    bytes: codes,
+                });
+                descales.push(HostTensor::from_f32(ElemType::F32, &descale));
+            }
+            clipped.extend(descales);
+            let mut fp8_call = SdpaFp8.default_call(&s);
+            fp8_call.scalars = call.scalars.clone();
+            let answer = |inputs: &[HostTensor]| -> Vec<f32> {
+                SdpaFp8
+                    .cpu_reference(&s, &fp8_call, inputs)
+                    .iter()
+                    .map(|&x| x as f32)
+                    .collect()
+            };
+            let decoded = answer(&enc.inputs);
+            let planted = f16(&answer(&clipped));
+            let kernel = enc.kernel_tolerance;
+            assert_eq!(
+                verdict(&compare(&f16(&decoded), &decoded, &kernel), &kernel),
+                None
+            );
+            assert!(
+                verdict(&compare(&planted, &decoded, &kernel), &kernel).is_some(),
+                "seed {seed}: {:?}",
+                compare(&planted, &decoded, &kernel)
+            );
+        }
+    }
+
     #[test]
     fn zero_reference_needs_zero_output() {
         let reference = vec![0.0f32; 16];
