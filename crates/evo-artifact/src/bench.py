@@ -7,8 +7,9 @@ Cases: the manifest's timed shapes (or --shapes) x the dtypes the artifact has k
 (or --dtypes) x causal and not. On each case:
   * path: whether evo_kernel.scaled_dot_product_attention ran the artifact's kernels or
     fell back to PyTorch's SDPA, and why (evo_kernel.stats()); "slower": the export
-    deferred the shape to PyTorch's SDPA because the run measured it faster there, and
-    evo's kernels are still timed alone (the kernel column), showing the ratio here;
+    deferred the shape to PyTorch's SDPA because the run measured evo's kernel less than
+    min_speedup times faster there (or slower), and evo's kernels are still timed alone
+    (the kernel column), showing the ratio here;
   * check: evo's output against SDPA in float64 (rel L2; against PyTorch's default SDPA,
     marked ~, where the float64 score matrices would exceed --ref-limit elements);
   * eager: a plain Python loop of calls on one input set, one synchronize (what a user's
@@ -228,7 +229,8 @@ def deferral(r):
 print()
 print(f"evo ran its own kernels in {len(served)} of {len(rows)} cases; fell back in "
       + (", ".join(f"{r['label']} ({r['path'][len('fallback: '):]})" for r in rows if r["path"] != "evo") or "none"))
-print("sent to PyTorch's SDPA because the run measured it faster (slower; evo export --keep-slower keeps evo's kernels): "
+print(f"sent to PyTorch's SDPA because the run measured evo's kernel less than {m['dispatch'].get('min_speedup', 1)}x faster "
+      "(slower; evo export --keep-slower keeps evo's kernels): "
       + ("; ".join(deferral(r) for r in deferred) or "none"))
 print(f"eager, evo <= SDPA default where evo runs its kernels: {'yes' if not slower else 'NO: ' + '; '.join(slower)}")
 print(f"graph, evo <= kernel's own time + 1 us: " + ("n/a (no case served by evo)" if not compared else

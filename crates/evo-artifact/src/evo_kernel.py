@@ -15,8 +15,9 @@ shape out of the kernels' range, inputs that require grad under grad mode) goes 
 torch.nn.functional.scaled_dot_product_attention with the same arguments, counted by
 reason in stats(); set_strict(True) or EVO_KERNEL_STRICT=1 raises FallbackError naming the
 reason instead. So does a call whose dispatch entry (its shape, or the nearest searched
-one) the export marked `baseline_faster`: the search measured PyTorch's SDPA faster there
-(reason "slower"; `evo export --keep-slower` marks none).
+one) the export marked `defer`: the search measured evo's kernel there less than
+`dispatch.min_speedup` times faster than PyTorch's SDPA, or slower (reason "slower";
+`evo export --keep-slower` marks none).
 
 A call is planned once per (dtypes, devices, shapes, strides, causal, scale): the variant
 (the manifest's dispatch rule), every kernel's launch geometry, every argument in ctypes
@@ -99,7 +100,7 @@ REASONS = {
     "arch": "the GPU's architecture is not the CUBINs'",
     "shape": "not (batch, heads, seq, head_dim) tensors of fitting sizes, or sizes beyond the launch limits",
     "grad": "an input requires grad under grad mode (the kernels have no backward)",
-    "slower": "the run measured PyTorch's SDPA faster than evo's kernel at this shape (or the nearest searched one)",
+    "slower": "the run measured evo's kernel less than the export's min_speedup times faster than PyTorch's SDPA (or slower) at this shape or the nearest searched one",
 }
 
 
@@ -223,6 +224,20 @@ class _Fallback:
         return self.plan.variant if self.plan is not None else None
 
 
+def _dense_like(shape, like):
+    """Dense strides for `shape` in the dimension order of the strides `like` (outermost:
+    the largest; ties in dimension order), or None where that order does not end in the last
+    dimension."""
+    order = sorted(range(len(shape)), key=lambda i: (-like[i], i))
+    if order[-1] != len(shape) - 1:
+        return None
+    strides, acc = [0] * len(shape), 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= shape[i]
+    return tuple(strides)
+
+
 def _contiguous_strides(shape):
     strides, acc = [], 1
     for n in reversed(shape):
@@ -253,7 +268,7 @@ def _arch_ok(capability):
 def _decide(q, k, v, is_causal, scale, capability=None):
     """The plan of a call with tensors like q, k, v (their dtype, device, shape and strides:
     not their data), or the _Fallback saying why the kernels do not serve it (for a dispatch
-    entry marked baseline_faster: "slower", holding the plan). `capability(device)` gives
+    entry marked defer: "slower", holding the plan). `capability(device)` gives
     the device's compute capability (None: not checked)."""
     names = ("q", "k", "v")
     ts = (q, k, v)
@@ -300,6 +315,7 @@ def _decide(q, k, v, is_causal, scale, capability=None):
     # contiguous and its other strides multiples of 8 elements (16 bytes); else a copy.
     declared = variant.get("contiguous", [])
     copies, strides = [], {}
+    q_order = tuple(int(x) for x in q.stride())  # the caller's q, before any copy
     for name, t in zip(names, ts):
         sh, st = tuple(int(x) for x in t.shape), tuple(int(x) for x in t.stride())
         if ((name in declared and not _is_contiguous(sh, st)) or (st[3] != 1 and D > 1)
@@ -307,7 +323,13 @@ def _decide(q, k, v, is_causal, scale, capability=None):
             copies.append(name)
             st = _contiguous_strides(sh)
         strides[name] = st
-    strides["o"] = _contiguous_strides((B, H, SQ, D))
+    # The output is dense in the caller's q's dimension order, as PyTorch's SDPA makes it: a
+    # model's (batch, seq, heads, dim) views get an output its transpose(1, 2).contiguous()
+    # leaves as it is (no copy). Contiguous where the variant declares o so, or where that
+    # order does not end in the head dimension or its strides would not be 16-byte multiples.
+    out_shape = (B, H, SQ, D)
+    dense = None if "o" in declared or D % 8 else _dense_like(out_shape, q_order)
+    strides["o"] = dense or _contiguous_strides(out_shape)
     env = dict(variant["constants"])
     env.update(shape)
     values = {"batch": B, "heads": H, "seq_q": SQ, "seq_kv": SKV,
@@ -366,17 +388,19 @@ def _decide(q, k, v, is_causal, scale, capability=None):
             launches.append((rule["kernel"], grid, block, smem, args))
     except _OutOfRange as e:
         return _Fallback("shape", str(e))
-    # The output is contiguous; when q is too, torch.empty_like(q) makes it (cheaper than
-    # torch.empty with a shape, dtype and device to parse).
-    out_like_q = strides["q"] == strides["o"]
-    plan = _Plan(variant, launches, sizes, (B, H, SQ, D), tuple(copies), out_like_q)
-    slower = entry.get("baseline_faster")
+    # A contiguous output of a contiguous q: torch.empty_like(q) makes it (cheaper than
+    # torch.empty_strided with a shape, strides, dtype and device to parse).
+    out_like_q = strides["q"] == strides["o"] == _contiguous_strides(out_shape)
+    plan = _Plan(variant, launches, sizes, out_shape, strides["o"], tuple(copies), out_like_q)
+    slower = entry.get("defer")
     if slower:
         # Decided here, once per plan: the op's calls then take the fallback path as cheaply
         # as any other, and the plan stays reachable for kernel_launcher and plan().
         where = "this shape" if entry["shape"] == shape else f"the nearest searched shape {entry['shape']}"
         return _Fallback("slower", f"the run measured PyTorch's SDPA at {slower['baseline_us']:.2f} us and evo's "
-                                   f"{variant['name']} at {slower['variant_us']:.2f} us on {where}", plan)
+                                   f"{variant['name']} at {slower['variant_us']:.2f} us on {where} (evo's kernels serve "
+                                   f"shapes where they measured at least {MANIFEST['dispatch'].get('min_speedup', 1)}x faster)",
+                         plan)
     return plan
 
 
@@ -584,12 +608,13 @@ class _TensorMap:
 
 class _Plan:
     """Everything a call with one key needs, made once: the variant, the launches
-    [(kernel, grid, block, shared_bytes, args)], scratch [(name, bytes)], the output shape,
-    the inputs to copy; on the first call on a device, the ctypes argument storage."""
+    [(kernel, grid, block, shared_bytes, args)], scratch [(name, bytes)], the output's shape
+    and strides, the inputs to copy; on the first call on a device, the ctypes argument
+    storage."""
 
-    def __init__(self, variant, launches, scratch, out_shape, copies, out_like_q=False):
+    def __init__(self, variant, launches, scratch, out_shape, out_strides, copies, out_like_q=False):
         self.variant, self.launches, self.scratch, self.out_shape, self.copies = variant, launches, scratch, out_shape, copies
-        self.out_like_q = out_like_q
+        self.out_strides, self.out_like_q = out_strides, out_like_q
         offsets, total = [], 0
         for _, n in scratch:
             offsets.append(total)
@@ -747,7 +772,7 @@ def _sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         q, k, v = (t.clone() if t.data_ptr() & 15 else t for t in (q, k, v))
         return _sdpa(q, k, v, None, 0.0, is_causal, scale, enable_gqa)
     device = q.device
-    o = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=device)
+    o = _torch.empty_like(q) if p.out_like_q else _torch.empty_strided(p.out_shape, p.out_strides, dtype=q.dtype, device=device)
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=device) if p.workspace else None
     _launch(p, device.index, qp, kp, vp, o.data_ptr(), ws.data_ptr() if ws is not None else 0)
     _counts[0] += 1
@@ -785,7 +810,8 @@ def _launch(p, ordinal, qp, kp, vp, op, wsp):
 def kernel_launcher(q, k, v, is_causal=False, scale=None):
     """The artifact's kernels alone, for benchmarks: a function f(q, k, v, o=None) that
     launches the plan these tensors get (no checks, no allocation, no count) for inputs like
-    these (same dtypes, shapes, strides), into `o` (contiguous, q's shape and dtype) or else one
+    these (same dtypes, shapes, strides), into `o` (q's shape and dtype, the plan's out_strides:
+    dense in q's dimension order) or else one
     output allocated here, with one workspace allocated here. Raises FallbackError where the
     kernels do not serve such a call, ArtifactError where a call would copy an input first.
     A call the op sends to PyTorch's SDPA as "slower" gets its kernels: benchmarks time them."""
@@ -797,7 +823,7 @@ def kernel_launcher(q, k, v, is_causal=False, scale=None):
     if p.copies:
         raise ArtifactError(f"kernel_launcher: a call copies {', '.join(p.copies)} to contiguous first; "
                             "pass tensors the kernels read as they are")
-    out = _torch.empty_like(q) if p.out_like_q else _torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
+    out = _torch.empty_like(q) if p.out_like_q else _torch.empty_strided(p.out_shape, p.out_strides, dtype=q.dtype, device=q.device)
     ws = _torch.empty(p.workspace, dtype=_torch.uint8, device=q.device) if p.workspace else None
     ordinal = q.device.index
 
@@ -857,7 +883,8 @@ _op = _register_op()
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's signature and meaning: the
-    artifact's kernels where they cover the call (a new contiguous output), else PyTorch's
+    artifact's kernels where they cover the call (a new output, dense in q's dimension
+    order as PyTorch's SDPA makes it), else PyTorch's
     SDPA with the same arguments (counted in stats(); strict mode raises FallbackError).
     scale=None is 1/sqrt(head_dim); is_causal is top-left aligned, as PyTorch's."""
     if _compiling():

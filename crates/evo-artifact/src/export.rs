@@ -7,9 +7,9 @@
 //! ([`crate::files`]): `evo_kernel.py` (the PyTorch op, through the CUDA driver),
 //! `bench.py` with `sdpa_bench.py` (timing against every SDPA backend), `kernel.h` (C/C++
 //! launch helper), `example.cpp` (a C++ program using it) and `README.md`. Per shape, an
-//! entry whose run measured PyTorch's SDPA faster than its variant is marked
-//! `baseline_faster` (unless `keep_slower`), so the PyTorch op never makes its user slower
-//! than PyTorch where the search measured both.
+//! entry whose run measured its variant less than `min_speedup` times faster than
+//! PyTorch's SDPA (or slower) is marked `defer`, so the PyTorch op does not make its user
+//! slower than PyTorch where the search measured both.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,9 +49,11 @@ pub struct ExportOptions<'a> {
     /// Export builds that differ from the ones the search checked (their compile key
     /// changed since the run: a template, a compile option or NVRTC).
     pub unchecked_build: bool,
-    /// With `per_shape`: mark no dispatch entry `baseline_faster`, so `evo_kernel.py` runs
-    /// evo's kernels even on shapes where their run measured PyTorch's SDPA faster.
-    pub keep_slower: bool,
+    /// With `per_shape`: the speedup over PyTorch's SDPA below which a dispatch entry is
+    /// marked `defer` (`evo_kernel.py` then calls PyTorch's SDPA on it):
+    /// [`crate::manifest::DEFAULT_MIN_SPEEDUP`] by default, 0 to keep evo's kernels on
+    /// every shape (`--keep-slower`).
+    pub min_speedup: f64,
     /// The templates folder (default: where each run's config says).
     pub templates: Option<&'a Path>,
 }
@@ -505,43 +507,52 @@ fn unchecked_against_pytorch(m: &Manifest) -> Result<Option<String>> {
     )))
 }
 
-/// Marks every per-shape entry whose run measured PyTorch's SDPA faster than its variant
-/// ([`Manifest::baseline_faster`]), so `evo_kernel.py` never makes a PyTorch user slower
-/// than PyTorch; with `keep_slower` marks none. Returns the note naming those shapes with
-/// both times, and what becomes of them.
-fn mark_baseline_faster(m: &mut Manifest, keep_slower: bool) -> Result<Option<String>> {
-    let mut slower = Vec::new();
+/// Marks every per-shape entry whose run measured its variant less than the manifest's
+/// `min_speedup` times faster than PyTorch's SDPA ([`Manifest::deferral`]), so
+/// `evo_kernel.py` does not make a PyTorch user slower than PyTorch; with `min_speedup` 0
+/// (`--keep-slower`) marks none. Returns the note naming those shapes with both times
+/// (with `--keep-slower`: the shapes where PyTorch was faster), and what becomes of them.
+fn mark_deferrals(m: &mut Manifest) -> Result<Option<String>> {
+    let min_speedup = m.dispatch.min_speedup.unwrap_or(0.0);
+    let keep_slower = min_speedup <= 0.0;
+    let mut named = Vec::new();
     for i in 0..m.dispatch.table.len() {
-        let Some(mark) = m.baseline_faster(&m.dispatch.table[i])? else {
+        let e = &m.dispatch.table[i];
+        let mark = if keep_slower {
+            m.deferral_at(e, 1.0)?
+        } else {
+            m.deferral(e)?
+        };
+        let Some(mark) = mark else {
             continue;
         };
         let e = &mut m.dispatch.table[i];
-        slower.push(format!(
+        named.push(format!(
             "{} (PyTorch's SDPA {:.2} µs, {} {:.2} µs: evo {:.2}x)",
             e.key_text(),
             mark.baseline_us,
             e.variant,
             mark.variant_us,
-            mark.baseline_us / mark.variant_us
+            mark.speedup()
         ));
         if !keep_slower {
-            e.baseline_faster = Some(mark);
+            e.defer = Some(mark);
         }
     }
-    if slower.is_empty() {
+    if named.is_empty() {
         return Ok(None);
     }
-    let n = slower.len();
+    let n = named.len();
     let shapes = if n == 1 { "shape" } else { "shapes" };
     Ok(Some(if keep_slower {
         format!(
             "--keep-slower: evo_kernel.py runs evo's kernels on {n} {shapes} where their run measured PyTorch's SDPA faster: {}",
-            slower.join("; ")
+            named.join("; ")
         )
     } else {
         format!(
-            "{n} {shapes} go to PyTorch's SDPA in evo_kernel.py (fallback reason `slower`, as do calls whose nearest searched shape is one of them), because their run measured it faster than evo's fastest variant: {}. kernel.h keeps the variants (C++ has no SDPA to fall back to); --keep-slower exports evo's kernels there too",
-            slower.join("; ")
+            "{n} {shapes} go to PyTorch's SDPA in evo_kernel.py (fallback reason `slower`, as do calls whose nearest searched shape is one of them), because their run measured evo's fastest variant less than {min_speedup}x faster than it: {}. kernel.h keeps the variants (C++ has no SDPA to fall back to); --min-speedup sets the threshold, --keep-slower exports evo's kernels there too",
+            named.join("; ")
         )
     }))
 }
@@ -677,7 +688,7 @@ fn choose_per_shape(inputs: &[Input]) -> Result<Choice> {
                 shape: Some(runtime_of(problem, shape)),
                 variant: name,
                 // Marked once the manifest holds the variants' times (export_async).
-                baseline_faster: None,
+                defer: None,
             });
         }
     }
@@ -728,7 +739,7 @@ fn choose_best(input: &Input, picked: bool) -> Choice {
             specialization: spec.clone(),
             shape: None,
             variant: name,
-            baseline_faster: None,
+            defer: None,
         });
     }
     Choice {
@@ -1041,13 +1052,13 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
                 RULE_SPECIALIZATION
             }
             .into(),
-            baseline_faster_marked: o.per_shape.then_some(!o.keep_slower),
+            min_speedup: o.per_shape.then_some(o.min_speedup.max(0.0)),
             table,
         },
         files: BTreeMap::new(),
     };
     if o.per_shape {
-        notes.extend(mark_baseline_faster(&mut m, o.keep_slower)?);
+        notes.extend(mark_deferrals(&mut m)?);
         notes.extend(unchecked_against_pytorch(&m)?);
     }
     for (name, text) in files::fixed_files() {

@@ -187,7 +187,7 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
         .table
         .iter()
         .filter_map(|e| {
-            e.baseline_faster.map(|b| {
+            e.defer.map(|b| {
                 format!(
                     "//   {} -> {} (PyTorch's SDPA {:.2} us, the variant {:.2} us)",
                     e.key_text(),
@@ -201,9 +201,10 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
     if !marked.is_empty() {
         writeln!(
             h,
-            "// On these shapes the run measured PyTorch's SDPA faster than the variant, and evo_kernel.py\n\
-             // calls PyTorch's SDPA instead (manifest.json: dispatch entries marked `baseline_faster`).\n\
+            "// On these shapes the run measured the variant less than {}x faster than PyTorch's SDPA, and\n\
+             // evo_kernel.py calls PyTorch's SDPA instead (manifest.json: dispatch entries marked `defer`).\n\
              // C++ has no SDPA to fall back to: the variants below serve these shapes too.\n{}",
+            m.dispatch.min_speedup.unwrap_or(1.0),
             marked.join("\n")
         )?;
     }
@@ -566,7 +567,7 @@ pub fn readme(m: &Manifest) -> String {
                 "| {} | {} | {} |",
                 e.key_text(),
                 e.variant,
-                e.baseline_faster.map_or("the variant".into(), |b| format!(
+                e.defer.map_or("the variant".into(), |b| format!(
                     "PyTorch's SDPA ({:.2} µs; the variant {:.2} µs)",
                     b.baseline_us, b.variant_us
                 ))
@@ -576,26 +577,28 @@ pub fn readme(m: &Manifest) -> String {
             .dispatch
             .table
             .iter()
-            .filter(|e| e.baseline_faster.is_some())
+            .filter(|e| e.defer.is_some())
             .count();
         let _ = writeln!(
             r,
             "\n{}",
-            match m.dispatch.baseline_faster_marked {
-                Some(true) if marked > 0 => format!(
-                    "On {marked} shape{} the run measured PyTorch's SDPA faster than evo's fastest\n\
-                     variant: `evo_kernel.py` calls PyTorch's SDPA there, and for calls whose nearest searched\n\
-                     shape is one of them (fallback reason `slower` in `evo_kernel.stats()`), so it never\n\
-                     makes a PyTorch user slower than PyTorch where the search measured both. `kernel.h` has no SDPA to fall back\n\
-                     to: C++ callers keep the variant on those shapes.",
+            match m.dispatch.min_speedup {
+                Some(min) if min > 0.0 && marked > 0 => format!(
+                    "On {marked} shape{} the run measured evo's fastest variant less than {min}x faster than\n\
+                     PyTorch's SDPA (or slower): `evo_kernel.py` calls PyTorch's SDPA there, and for calls whose\n\
+                     nearest searched shape is one of them (fallback reason `slower` in `evo_kernel.stats()`), so\n\
+                     it does not make a PyTorch user slower than PyTorch where the search measured both. `kernel.h`\n\
+                     has no SDPA to fall back to: C++ callers keep the variant on those shapes.",
                     if marked == 1 { "" } else { "s" }
                 ),
-                Some(false) => "Exported with `--keep-slower`: `evo_kernel.py` runs evo's kernels on every shape,\n\
+                Some(min) if min <= 0.0 => "Exported with `--keep-slower`: `evo_kernel.py` runs evo's kernels on every shape,\n\
                      including any where the run measured PyTorch's SDPA faster."
                     .into(),
-                _ => "On every shape evo's variant was no slower than the run's PyTorch baseline (where it\n\
-                      had one)."
-                    .into(),
+                Some(min) => format!(
+                    "On every shape evo's variant was at least {min}x faster than the run's PyTorch\n\
+                     baseline (where it had one)."
+                ),
+                None => "No dispatch entry is marked to defer to PyTorch's SDPA.".into(),
             }
         );
     }

@@ -84,8 +84,8 @@ pub struct Source {
     pub baseline_us: BTreeMap<String, f64>,
     /// What measured each baseline (canonical shape text → [`BASELINE_TORCH`],
     /// [`BASELINE_IMPORT`] or [`BASELINE_GENOME`]): only PyTorch's ([`PYTORCH_BASELINES`])
-    /// mark a dispatch entry [`DispatchEntry::baseline_faster`], since that is what a
-    /// deferred call runs instead. Absent in manifests written before marks existed.
+    /// mark a dispatch entry [`DispatchEntry::defer`], since that is what a deferred call
+    /// runs instead. Absent in manifests written before marks existed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub baseline_kind: BTreeMap<String, String>,
     /// NVRTC the search used.
@@ -282,13 +282,14 @@ pub struct Dispatch {
     /// `specialization` or `per_shape`.
     pub mode: String,
     pub rule: String,
-    /// Per-shape mode: whether the export marked every entry whose run measured PyTorch's
-    /// SDPA faster than its variant ([`DispatchEntry::baseline_faster`]): `true` by
-    /// default, `false` for an export with `--keep-slower` (no entry is marked). `evo
-    /// verify` holds the marks to it. Absent in specialization mode (one variant serves
-    /// every shape: nothing is marked) and in manifests written before marks existed.
+    /// Per-shape mode: the speedup over PyTorch's SDPA a variant must have measured on an
+    /// entry's shape for `evo_kernel.py` to run it there; every entry below it is marked
+    /// [`DispatchEntry::defer`] ([`Manifest::deferral`]). [`DEFAULT_MIN_SPEEDUP`] unless
+    /// the export said otherwise, 0 for `--keep-slower` (no entry is marked). `evo verify`
+    /// holds the marks to it. Absent in specialization mode (one variant serves every
+    /// shape: nothing is marked) and in manifests written before marks existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_faster_marked: Option<bool>,
+    pub min_speedup: Option<f64>,
     pub table: Vec<DispatchEntry>,
 }
 
@@ -299,24 +300,39 @@ pub struct DispatchEntry {
     /// Run-time variables (per-shape mode only).
     pub shape: Option<Vars>,
     pub variant: String,
-    /// Per-shape mode: the variant's run measured PyTorch's SDPA faster than the variant
-    /// on this shape ([`Manifest::baseline_faster`] gives the mark the manifest's numbers
-    /// call for). `evo_kernel.py` sends the calls this entry is chosen for to PyTorch's
-    /// SDPA (fallback reason `slower`); `kernel.h`, with no SDPA to fall back to, keeps
-    /// the variant.
+    /// Per-shape mode: the variant's run measured it less than [`Dispatch::min_speedup`]
+    /// times faster than PyTorch's SDPA on this shape, or slower ([`Manifest::deferral`]
+    /// gives the mark the manifest's numbers call for). `evo_kernel.py` sends the calls
+    /// this entry is chosen for to PyTorch's SDPA (fallback reason `slower`); `kernel.h`,
+    /// with no SDPA to fall back to, keeps the variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline_faster: Option<BaselineFaster>,
+    pub defer: Option<Deferral>,
 }
 
-/// The two times behind a [`DispatchEntry::baseline_faster`] mark, in µs: the variant's
-/// median on the entry's shape (its `shapes` record) and its run's baseline there
-/// ([`Source::baseline_us`]), the smaller.
+/// The two times behind a [`DispatchEntry::defer`] mark, in µs: the variant's median on
+/// the entry's shape (its `shapes` record) and its run's PyTorch baseline there
+/// ([`Source::baseline_us`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BaselineFaster {
+pub struct Deferral {
     pub variant_us: f64,
     pub baseline_us: f64,
 }
+
+impl Deferral {
+    /// evo's speedup over PyTorch's SDPA on the entry's shape (below 1: slower).
+    pub fn speedup(&self) -> f64 {
+        self.baseline_us / self.variant_us
+    }
+}
+
+/// [`Dispatch::min_speedup`] of a per-shape export that names none: evo's kernel replaces
+/// PyTorch's SDPA in `evo_kernel.py` only where its search measured it at least 5% faster.
+/// A smaller lead in the search's CUDA-graph times did not hold in a user's eager loop: at
+/// (4,16,4096,128) f16 a variant 1.01x faster than cuDNN under graphs ran 0.94-0.97x in
+/// eager loops on an H100 (docs/RESULTS.md, sessions 17 and 18), the eager-over-graph
+/// excess of the power-bound long kernels differing by up to 5 points between them.
+pub const DEFAULT_MIN_SPEEDUP: f64 = 1.05;
 
 /// [`Source::baseline_kind`]: PyTorch's SDPA timed when the run started (`[search]
 /// baseline = "torch"`).
@@ -380,13 +396,23 @@ impl Manifest {
         serde_json::from_value(value).with_context(|| format!("parsing {}", path.display()))
     }
 
-    /// The mark a per-shape dispatch entry calls for by the manifest's own numbers: both
-    /// times when its variant's run has a PyTorch baseline ([`PYTORCH_BASELINES`]) on the
-    /// entry's shape (key: [`evo_core::shape_key`] of the specialization and the run-time
-    /// variables, as the store's) faster than the variant's median there; `None` in
-    /// specialization mode, without such a baseline or time, or where the variant is no
-    /// slower. `evo export` marks by it and `evo verify` checks the marks against it.
-    pub fn baseline_faster(&self, e: &DispatchEntry) -> Result<Option<BaselineFaster>> {
+    /// The mark a per-shape dispatch entry calls for by the manifest's own numbers and its
+    /// [`Dispatch::min_speedup`] ([`Manifest::deferral_at`]); `None` without a
+    /// `min_speedup` (specialization mode, older manifests). `evo export` marks by it and
+    /// `evo verify` checks the marks against it.
+    pub fn deferral(&self, e: &DispatchEntry) -> Result<Option<Deferral>> {
+        match self.dispatch.min_speedup {
+            Some(min_speedup) => self.deferral_at(e, min_speedup),
+            None => Ok(None),
+        }
+    }
+
+    /// Both times when a per-shape entry's variant's run has a PyTorch baseline
+    /// ([`PYTORCH_BASELINES`]) on the entry's shape (key: [`evo_core::shape_key`] of the
+    /// specialization and the run-time variables, as the store's) and the variant's median
+    /// there is less than `min_speedup` times faster than it; `None` in specialization
+    /// mode, without such a baseline or time, or where the variant is that much faster.
+    pub fn deferral_at(&self, e: &DispatchEntry, min_speedup: f64) -> Result<Option<Deferral>> {
         let Some((v, source, key)) = self.entry_measurements(e)? else {
             return Ok(None);
         };
@@ -401,8 +427,10 @@ impl Manifest {
                 source.baseline_us.get(&key),
                 variant_us,
             ) {
-                (true, Some(&baseline_us), Some(variant_us)) if baseline_us < variant_us => {
-                    Some(BaselineFaster {
+                (true, Some(&baseline_us), Some(variant_us))
+                    if baseline_us < min_speedup * variant_us =>
+                {
+                    Some(Deferral {
                         variant_us,
                         baseline_us,
                     })
@@ -413,7 +441,7 @@ impl Manifest {
     }
 
     /// Whether a per-shape dispatch entry's run has a PyTorch baseline ([`PYTORCH_BASELINES`])
-    /// on the entry's shape, the comparison [`Manifest::baseline_faster`] needs; `None` in
+    /// on the entry's shape, the comparison [`Manifest::deferral`] needs; `None` in
     /// specialization mode.
     pub fn has_pytorch_baseline(&self, e: &DispatchEntry) -> Result<Option<bool>> {
         Ok(self

@@ -10,7 +10,7 @@
 //!    against what the genome renders to with this evo's templates in its run's
 //!    specialization (the manifest is not hashed: an edited genome or hash fails here);
 //!    each CUBIN's registers and launch rule against the manifest; every dispatch entry's
-//!    `baseline_faster` mark against the manifest's own times (a mark removed or
+//!    `defer` mark against the manifest's own times (a mark removed or
 //!    invented fails here).
 //! 3. [`GpuHere::new`], then [`run_gates`]: each variant's CUBIN (the artifact's own
 //!    bytes) through evo's gates on GPU 0 — static, correctness on the manifest's shapes
@@ -314,59 +314,60 @@ fn check_genome(dir: &Path, exported_by: &str, v: &Variant, l: &Loaded) -> Resul
     Ok(())
 }
 
-/// Whether every dispatch entry carries the `baseline_faster` mark the manifest's own
-/// numbers call for ([`Manifest::baseline_faster`]): none in specialization mode or in an
-/// export made with `--keep-slower` (`dispatch.baseline_faster_marked` false), exactly the
-/// entries whose run's PyTorch baseline was faster otherwise, with those times. The
-/// manifest is not hashed, and a removed mark would make `evo_kernel.py` run the slower
-/// kernel: an edit fails here. A per-shape manifest without `baseline_faster_marked` was
-/// written before marks existed, unless its `evo_kernel.py` is this evo's (which every
-/// per-shape export of this evo writes it with).
+/// Whether every dispatch entry carries the `defer` mark the manifest's own numbers call
+/// for ([`Manifest::deferral`] at `dispatch.min_speedup`): none in specialization mode or
+/// in an export made with `--keep-slower` (`min_speedup` 0), exactly the entries whose
+/// variant measured less than `min_speedup` times faster than its run's PyTorch baseline
+/// otherwise, with those times. The manifest is not hashed, and a removed mark would make
+/// `evo_kernel.py` run a kernel no faster than PyTorch's: an edit fails here. A per-shape
+/// manifest without `min_speedup` was written before marks existed, unless its
+/// `evo_kernel.py` is this evo's (which every per-shape export of this evo writes it with).
 fn check_marks(m: &Manifest) -> Result<()> {
     let edited = "the manifest was edited; export it again with `evo export`";
-    let marked = match (m.dispatch.mode.as_str(), m.dispatch.baseline_faster_marked) {
-        ("per_shape", Some(on)) => on,
-        ("per_shape", None) => {
-            if m.files.get("evo_kernel.py") == Some(&sha256_hex(EVO_KERNEL_PY.as_bytes())) {
-                bail!(
-                    "dispatch.baseline_faster_marked is missing, but this evo's evo_kernel.py, which the artifact holds, comes only with exports that write it: {edited}"
-                );
-            }
-            false
+    match (m.dispatch.mode.as_str(), m.dispatch.min_speedup) {
+        ("per_shape", Some(min)) if !(min.is_finite() && min >= 0.0) => {
+            bail!("dispatch.min_speedup is {min}, not a speedup of 0 or more: {edited}")
         }
-        (_, Some(on)) => bail!(
-            "dispatch.baseline_faster_marked is {on} in {} mode, where one variant serves every shape and nothing is marked: {edited}",
-            m.dispatch.mode
+        ("per_shape", None)
+            if m.files.get("evo_kernel.py") == Some(&sha256_hex(EVO_KERNEL_PY.as_bytes())) =>
+        {
+            bail!(
+                "dispatch.min_speedup is missing, but this evo's evo_kernel.py, which the artifact holds, comes only with exports that write it: {edited}"
+            )
+        }
+        ("per_shape", _) => {}
+        (mode, Some(min)) => bail!(
+            "dispatch.min_speedup is {min} in {mode} mode, where one variant serves every shape and nothing is marked: {edited}"
         ),
-        (_, None) => false,
+        (_, None) => {}
+    }
+    let min = m.dispatch.min_speedup.unwrap_or(0.0);
+    let policy = match m.dispatch.min_speedup {
+        Some(min) => format!("and dispatch.min_speedup ({min})"),
+        None => "(no dispatch.min_speedup: this artifact marks no entry)".into(),
     };
     for e in &m.dispatch.table {
-        let want = m.baseline_faster(e)?;
-        let times = |b: &crate::manifest::BaselineFaster| {
+        let want = m.deferral(e)?;
+        let times = |b: &crate::manifest::Deferral| {
             format!(
                 "PyTorch's SDPA {} µs, {} {} µs",
                 b.baseline_us, e.variant, b.variant_us
             )
         };
-        match (&e.baseline_faster, want) {
-            (Some(have), _) if !marked => bail!(
-                "dispatch entry {} is marked baseline_faster ({}), but the export marked none (dispatch.baseline_faster_marked is not true): {edited}",
-                e.key_text(),
-                times(have)
-            ),
+        match (&e.defer, want) {
             (Some(have), None) => bail!(
-                "dispatch entry {} is marked baseline_faster ({}), but the manifest's own times do not say so (its variant's `shapes` median against its run's PyTorch `baseline_us` there): evo_kernel.py would send these calls to PyTorch's SDPA for no reason; {edited}",
+                "dispatch entry {} is marked defer ({}), but by the manifest's own times {policy} it is not (its variant's `shapes` median against its run's PyTorch `baseline_us` there): evo_kernel.py would send these calls to PyTorch's SDPA for no reason; {edited}",
                 e.key_text(),
                 times(have)
             ),
             (Some(have), Some(want)) if *have != want => bail!(
-                "dispatch entry {}'s baseline_faster mark says {}, the manifest's own times say {}: {edited}",
+                "dispatch entry {}'s defer mark says {}, the manifest's own times say {}: {edited}",
                 e.key_text(),
                 times(have),
                 times(&want)
             ),
-            (None, Some(want)) if marked => bail!(
-                "dispatch entry {} has no baseline_faster mark, but its run measured PyTorch's SDPA faster there ({}) and the export marks every such entry (dispatch.baseline_faster_marked is true): evo_kernel.py would run the slower kernel; {edited}",
+            (None, Some(want)) => bail!(
+                "dispatch entry {} has no defer mark, but its run measured evo's variant less than {min}x faster than PyTorch's SDPA there ({}), and the export marks every such entry: evo_kernel.py would run it instead of PyTorch's SDPA; {edited}",
                 e.key_text(),
                 times(&want)
             ),

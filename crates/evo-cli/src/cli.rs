@@ -316,10 +316,15 @@ pub enum Command {
         /// artifact's builds on a GPU.
         #[arg(long)]
         unchecked_build: bool,
-        /// With --per-shape: keep evo's kernels in evo_kernel.py on shapes where their run
-        /// measured PyTorch's SDPA faster. Without it those shapes (and the calls nearest to
-        /// them) go to PyTorch's SDPA, named in the export's notes.
-        #[arg(long, requires = "per_shape")]
+        /// With --per-shape: the speedup over PyTorch's SDPA (the run's baseline) a variant
+        /// must have measured on a shape for evo_kernel.py to run it there [default: 1.05].
+        /// Shapes below it (and the calls nearest to them) go to PyTorch's SDPA, named in
+        /// the export's notes.
+        #[arg(long, requires = "per_shape", value_parser = parse_speedup)]
+        min_speedup: Option<f64>,
+        /// With --per-shape: keep evo's kernels in evo_kernel.py on every shape, also where
+        /// their run measured PyTorch's SDPA faster (--min-speedup 0).
+        #[arg(long, requires = "per_shape", conflicts_with = "min_speedup")]
         keep_slower: bool,
         #[arg(long, env = "EVO_DB", default_value = "population.db")]
         db: String,
@@ -500,4 +505,14 @@ pub struct GenomeArgs {
     /// Seed for --random.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// A speedup for `--min-speedup`: a finite number of at least 0.
+fn parse_speedup(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!(
+            "`{text}` is not a speedup: give a number of at least 0 (1.05: evo's kernels where they measured 5% faster than PyTorch's SDPA; 0 keeps them everywhere)"
+        )),
+    }
 }

@@ -72,6 +72,15 @@ o = served(lambda: ek.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL))
 assert o.shape == q.shape and o.is_contiguous() and o.dtype is q.dtype
 served(lambda: ek.attention(q, k, v, causal=CAUSAL))
 served(lambda: ek.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL, enable_gqa=True))  # equal heads: no GQA
+# ... dense in q's dimension order: a transformers-style view over (batch, seq, heads, dim)
+# memory gets an output in that memory order (its transpose(1, 2) is contiguous: no copy
+# there), whether or not q itself is copied for the kernels, and the kernels write it so.
+ot = served(lambda: ek.scaled_dot_product_attention(qt, k, v, is_causal=CAUSAL))
+want = torch._contiguous((B, H, S, D)) if "o" in ek.plan(q, k, v, CAUSAL).variant["contiguous"] else (S * H * D, D, H * D, 1)
+assert ot.shape == q.shape and ot.stride() == want, (ot.stride(), want)
+assert ot.transpose(1, 2).is_contiguous() == (want != torch._contiguous((B, H, S, D)))
+written = {a[0]: a[2] for launch in ek.plan(qt, k, v, CAUSAL).launches for a in launch.args}
+assert (written["o_batch_stride"], written["o_head_stride"], written["o_seq_stride"]) == want[:3], written
 checked.append("served")
 
 # -- every fallback reason
@@ -103,7 +112,7 @@ falls_back("arch", q, k, v, is_causal=CAUSAL)
 torch.cuda.capability = (9, 0)
 ek._capabilities.clear(), ek._plans.clear()
 served(lambda: ek.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL))
-# ("slower" needs a dispatch entry marked baseline_faster: export.rs tests it on its own artifact.)
+# ("slower" needs a dispatch entry marked defer: export.rs tests it on its own artifact.)
 assert set(ek.stats()["fallback"]) >= set(ek.REASONS) - {"causal", "slower"}, ek.stats()
 
 # -- strict mode: raises instead, names the reason, counts nothing

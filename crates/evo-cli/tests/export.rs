@@ -7,8 +7,9 @@
 //! torch op, transformers), kernel.h's launch rule and example.cpp (through g++), the
 //! per-shape export over two runs of two families, the refusals, tamper detection and
 //! verify's re-render of every variant from its genome; per-shape entries deferred to
-//! PyTorch's SDPA where the run's baseline was faster (`baseline_faster`, the Python
-//! binding's "slower" fallback, `--keep-slower`, verify's check of the marks).
+//! PyTorch's SDPA where the run measured evo's variant less than `--min-speedup` times
+//! faster than its baseline (`defer`, the Python binding's "slower" fallback,
+//! `--keep-slower`, verify's check of the marks).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1106,10 +1107,9 @@ fn set_baselines(db: &Path, run: &str, rows: &[(&Vars, f64, &str)]) {
 
 /// The fixture with baselines for run `night`, whose per-shape winners take 10 + i µs on
 /// shape i (B's 12 µs on the third): PyTorch faster on shapes 1 and 2 (timed at the run's
-/// start) and 5 (imported), slower on 0, equal on 3, a faster genome baseline on 6 (says
-/// nothing about PyTorch), none elsewhere. Returns the table indices that must be marked,
-/// with (variant µs, baseline µs).
-fn fixture_with_baselines(db: &Path) -> Vec<(usize, f64, f64)> {
+/// start) and 5 (imported), 1.06x slower on 0, equal on 3, a faster genome baseline on 6
+/// (says nothing about PyTorch), none elsewhere.
+fn fixture_with_baselines(db: &Path) {
     fixture(db);
     let s = shapes();
     let torch = "torch: torch 2.9 sdpa (default backend), CUDA graph";
@@ -1117,7 +1117,7 @@ fn fixture_with_baselines(db: &Path) -> Vec<(usize, f64, f64)> {
         db,
         "night",
         &[
-            (&s[0], 10.5, torch),
+            (&s[0], 10.6, torch),
             (&s[1], 10.9, torch),
             (&s[2], 11.0, torch),
             (&s[3], 13.0, torch),
@@ -1129,14 +1129,25 @@ fn fixture_with_baselines(db: &Path) -> Vec<(usize, f64, f64)> {
             (&s[6], 1.0, "genome:3faffb3e200ffd91"),
         ],
     );
-    vec![(1, 11.0, 10.9), (2, 12.0, 11.0), (5, 15.0, 14.0)]
 }
 
-/// The calls (B,H,S,D,dtype) of artifact_slower.py for the fixture's table: the marked shapes,
-/// and one nearest to the third (2, 8, 2048, 64); the others.
+/// The table indices of `fixture_with_baselines` an export marks `defer`, with (variant
+/// µs, baseline µs): at the default --min-speedup 1.05 the shapes where PyTorch was
+/// faster or equal (not the 1.06x one, nor the genome baseline's); at 1 only the faster.
+const DEFERRED: [(usize, f64, f64); 4] = [
+    (1, 11.0, 10.9),
+    (2, 12.0, 11.0),
+    (3, 13.0, 13.0),
+    (5, 15.0, 14.0),
+];
+const DEFERRED_AT_1: [(usize, f64, f64); 3] = [(1, 11.0, 10.9), (2, 12.0, 11.0), (5, 15.0, 14.0)];
+
+/// The calls (B,H,S,D,dtype) of artifact_slower.py for the fixture's table at --min-speedup
+/// 1: the marked shapes, and one nearest to the third (2, 8, 2048, 64); the others. At the
+/// default 1.05 the equal shape (2, 8, 512, 128) goes to PyTorch too.
 const SLOWER_CALLS: &str = "2,8,512,64,f16;2,8,2048,64,f16;2,8,1800,64,f16;1,8,512,64,bf16";
-const SERVED_CALLS: &str =
-    "1,8,512,64,f16;2,8,512,128,f16;4,8,2048,64,f16;2,8,512,64,bf16;4,8,2048,64,bf16";
+const EQUAL_CALL: &str = "2,8,512,128,f16";
+const SERVED_CALLS: &str = "1,8,512,64,f16;4,8,2048,64,f16;2,8,512,64,bf16;4,8,2048,64,bf16";
 
 /// evo's stdout and stderr of a command that must fail, for the message.
 fn failing(c: &mut Command) -> String {
@@ -1144,17 +1155,19 @@ fn failing(c: &mut Command) -> String {
     String::from_utf8_lossy(&a.get_output().stderr).to_string()
 }
 
-/// A per-shape export marks exactly the entries whose run measured PyTorch's SDPA faster
-/// than the chosen variant (not where PyTorch was slower or equal, had no time, or where
-/// the faster baseline was a genome), with both times; says so in its notes, its summary,
-/// kernel.h and README.md; evo_kernel.py sends those calls (and the nearest ones) to PyTorch
-/// as "slower" and serves the others; verify accepts the marks and refuses a manifest whose
-/// mark was removed, invented or altered, or whose record of the choice was edited.
+/// A per-shape export marks exactly the entries whose run measured the chosen variant less
+/// than 1.05x faster than PyTorch's SDPA, or slower (not where it was 1.06x faster, had no
+/// PyTorch time, or where the faster baseline was a genome), with both times; says so in
+/// its notes, its summary, kernel.h and README.md; evo_kernel.py sends those calls (and the
+/// nearest ones) to PyTorch as "slower" and serves the others; verify accepts the marks and
+/// refuses a manifest whose mark was removed, invented or altered, or whose record of the
+/// threshold was edited.
 #[test]
-fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
+fn per_shape_export_defers_to_pytorch_where_it_was_not_faster() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("population.db");
-    let want = fixture_with_baselines(&db);
+    fixture_with_baselines(&db);
+    let want = DEFERRED;
     let out = tmp.path().join("art");
     let o = evo(&db)
         .args(["export", "--unsanitized", "night", "--per-shape", "--out"])
@@ -1164,19 +1177,9 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
     let stdout = String::from_utf8_lossy(&o.get_output().stdout).to_string();
     let stderr = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     let m = manifest(&out);
-    assert_eq!(m["dispatch"]["baseline_faster_marked"], true);
-    let table = m["dispatch"]["table"].as_array().unwrap();
-    assert_eq!(table.len(), 10);
-    for (i, e) in table.iter().enumerate() {
-        match want.iter().find(|w| w.0 == i) {
-            Some(&(_, variant_us, baseline_us)) => assert_eq!(
-                e["baseline_faster"],
-                serde_json::json!({"variant_us": variant_us, "baseline_us": baseline_us}),
-                "entry {i}"
-            ),
-            None => assert!(e.get("baseline_faster").is_none(), "entry {i}: {e}"),
-        }
-    }
+    assert_eq!(m["dispatch"]["min_speedup"], 1.05);
+    assert_eq!(m["dispatch"]["table"].as_array().unwrap().len(), 10);
+    assert_marks(&m, &want);
     let kinds = &m["sources"][0]["baseline_kind"];
     assert_eq!(kinds[evo_core::shape_key(&shapes()[5])], "import");
     assert_eq!(kinds[evo_core::shape_key(&shapes()[6])], "genome");
@@ -1191,19 +1194,21 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
     // The notes name the deferred shapes with both times; the summary marks their lines.
     let third = "CAUSAL=false,DTYPE=f16,HEAD_DIM=64 BATCH=2,HEADS=8,SEQ_KV=2048,SEQ_Q=2048";
     assert!(
-        stderr.contains("3 shapes go to PyTorch's SDPA in evo_kernel.py")
+        stderr.contains("4 shapes go to PyTorch's SDPA in evo_kernel.py")
+            && stderr.contains("less than 1.05x faster than it")
             && stderr.contains(&format!("{third} (PyTorch's SDPA 11.00 µs,"))
-            && stderr.contains("12.00 µs: evo 0.92x)"),
+            && stderr.contains("12.00 µs: evo 0.92x)")
+            && stderr.contains("13.00 µs: evo 1.00x)"),
         "{stderr}"
     );
     assert_eq!(
         stdout.matches("(evo_kernel.py: PyTorch's SDPA,").count(),
-        3,
+        4,
         "{stdout}"
     );
     assert!(
         stdout.contains(&format!(
-            "dispatch {third} -> f16_hd64_{} (evo_kernel.py: PyTorch's SDPA, 11.00 us < 12.00 us)",
+            "dispatch {third} -> f16_hd64_{} (evo_kernel.py: PyTorch's SDPA, 11.00 us against the variant's 12.00 us)",
             &Genome::parse(B).unwrap().hash().0[..8]
         )),
         "{stdout}"
@@ -1232,13 +1237,13 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
             "artifact_slower.py",
             &out,
             &[
-                ("SLOWER", SLOWER_CALLS.into()),
+                ("SLOWER", format!("{SLOWER_CALLS};{EQUAL_CALL}")),
                 ("SERVED", SERVED_CALLS.into()),
             ],
         ) {
             let checked = report["checked"].as_array().unwrap();
             assert_eq!(checked.len(), 9, "{report}");
-            assert_eq!(report["stats"]["fallback"]["slower"], 4, "{report}");
+            assert_eq!(report["stats"]["fallback"]["slower"], 5, "{report}");
             let details = &report["details"];
             assert!(
                 details["2,8,2048,64,f16"]
@@ -1262,7 +1267,7 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
     let text = String::from_utf8_lossy(&v.get_output().stdout).to_string();
     assert!(
         text.contains(
-            "dispatch: marks agree with the manifest's times: 3 of 10 shapes go to PyTorch's SDPA"
+            "dispatch: marks agree with the manifest's times: 4 of 10 shapes go to PyTorch's SDPA"
         ),
         "{text}"
     );
@@ -1280,36 +1285,43 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
             m["dispatch"]["table"][2]
                 .as_object_mut()
                 .unwrap()
-                .remove("baseline_faster");
+                .remove("defer");
         },
-        &format!("dispatch entry {third} has no baseline_faster mark, but its run measured PyTorch's SDPA faster there (PyTorch's SDPA 11 µs"),
+        &format!("dispatch entry {third} has no defer mark, but its run measured evo's variant less than 1.05x faster than PyTorch's SDPA there (PyTorch's SDPA 11 µs"),
     );
     edit(
         &|m| {
-            m["dispatch"]["table"][0]["baseline_faster"] =
-                serde_json::json!({"variant_us": 10.0, "baseline_us": 10.5})
+            m["dispatch"]["table"][0]["defer"] =
+                serde_json::json!({"variant_us": 10.0, "baseline_us": 10.6})
         },
-        "is marked baseline_faster (PyTorch's SDPA 10.5 µs, f16_hd64_",
+        "is marked defer (PyTorch's SDPA 10.6 µs, f16_hd64_",
     );
     edit(
-        &|m| m["dispatch"]["table"][2]["baseline_faster"]["baseline_us"] = Json::from(9.0),
-        "baseline_faster mark says PyTorch's SDPA 9 µs",
+        &|m| m["dispatch"]["table"][2]["defer"]["baseline_us"] = Json::from(9.0),
+        "defer mark says PyTorch's SDPA 9 µs",
+    );
+    // The threshold is checked with the marks: at 1 the equal shape is not deferred, at 0
+    // none is, and a threshold that is no speedup is refused.
+    edit(
+        &|m| m["dispatch"]["min_speedup"] = Json::from(1.0),
+        "is marked defer (PyTorch's SDPA 13 µs",
     );
     edit(
-        &|m| m["dispatch"]["baseline_faster_marked"] = Json::from(false),
-        "but the export marked none",
+        &|m| m["dispatch"]["min_speedup"] = Json::from(0.0),
+        "dispatch.min_speedup (0) it is not",
+    );
+    edit(
+        &|m| m["dispatch"]["min_speedup"] = Json::from(-1.0),
+        "dispatch.min_speedup is -1, not a speedup",
     );
     edit(
         &|m| {
-            m["dispatch"]
-                .as_object_mut()
-                .unwrap()
-                .remove("baseline_faster_marked");
+            m["dispatch"].as_object_mut().unwrap().remove("min_speedup");
             for e in m["dispatch"]["table"].as_array_mut().unwrap() {
-                e.as_object_mut().unwrap().remove("baseline_faster");
+                e.as_object_mut().unwrap().remove("defer");
             }
         },
-        "dispatch.baseline_faster_marked is missing",
+        "dispatch.min_speedup is missing",
     );
     std::fs::write(out.join("manifest.json"), &original).unwrap();
     evo(&db)
@@ -1319,15 +1331,60 @@ fn per_shape_export_defers_to_pytorch_where_it_was_faster() {
         .stdout(predicates::str::contains("dispatch: marks agree"));
 }
 
-/// `--keep-slower` marks nothing (and records it): evo_kernel.py runs evo's kernels on every
-/// shape, the notes name the shapes where PyTorch was faster, and verify refuses a mark
-/// added by hand. A specialization-mode export (one variant for every shape) marks nothing
-/// either, and --keep-slower without --per-shape is a usage error.
+/// `--min-speedup 1` marks only the shapes where PyTorch was faster (the equal one runs
+/// evo's kernel). `--keep-slower` marks nothing (and records it): evo_kernel.py runs evo's
+/// kernels on every shape, the notes name the shapes where PyTorch was faster, and verify
+/// refuses a mark added by hand. A specialization-mode export (one variant for every shape)
+/// marks nothing either; --keep-slower or --min-speedup without --per-shape, both together,
+/// or a negative speedup are usage errors.
 #[test]
-fn keep_slower_and_specialization_exports_mark_nothing() {
+fn min_speedup_keep_slower_and_specialization_exports() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("population.db");
     fixture_with_baselines(&db);
+    let at_1 = tmp.path().join("at_1");
+    evo(&db)
+        .args([
+            "export",
+            "--unsanitized",
+            "night",
+            "--per-shape",
+            "--min-speedup",
+            "1",
+            "--out",
+        ])
+        .arg(&at_1)
+        .assert()
+        .success()
+        .stderr(predicates::str::contains(
+            "3 shapes go to PyTorch's SDPA in evo_kernel.py",
+        ));
+    let m = manifest(&at_1);
+    assert_eq!(m["dispatch"]["min_speedup"], 1.0);
+    assert_marks(&m, &DEFERRED_AT_1);
+    let lib = tempfile::tempdir().unwrap();
+    if fake_driver(lib.path()).is_some() {
+        if let Some(report) = run_fake(
+            lib.path(),
+            "artifact_slower.py",
+            &at_1,
+            &[
+                ("SLOWER", SLOWER_CALLS.into()),
+                ("SERVED", format!("{SERVED_CALLS};{EQUAL_CALL}")),
+            ],
+        ) {
+            assert_eq!(report["checked"].as_array().unwrap().len(), 9, "{report}");
+            assert_eq!(report["stats"]["fallback"]["slower"], 4, "{report}");
+        }
+    }
+    evo(&db)
+        .arg("verify")
+        .arg(&at_1)
+        .assert()
+        .stdout(predicates::str::contains(
+            "3 of 10 shapes go to PyTorch's SDPA in evo_kernel.py (their run measured evo's variant less than 1x faster than it)",
+        ));
+
     let out = tmp.path().join("art");
     let o = evo(&db)
         .args([
@@ -1347,17 +1404,17 @@ fn keep_slower_and_specialization_exports_mark_nothing() {
         "{stderr}"
     );
     let m = manifest(&out);
-    assert_eq!(m["dispatch"]["baseline_faster_marked"], false);
-    for e in m["dispatch"]["table"].as_array().unwrap() {
-        assert!(e.get("baseline_faster").is_none(), "{e}");
-    }
-    let lib = tempfile::tempdir().unwrap();
+    assert_eq!(m["dispatch"]["min_speedup"], 0.0);
+    assert_marks(&m, &[]);
     if fake_driver(lib.path()).is_some() {
         if let Some(report) = run_fake(
             lib.path(),
             "artifact_slower.py",
             &out,
-            &[("SERVED", format!("{SLOWER_CALLS};{SERVED_CALLS}"))],
+            &[(
+                "SERVED",
+                format!("{SLOWER_CALLS};{SERVED_CALLS};{EQUAL_CALL}"),
+            )],
         ) {
             assert_eq!(report["checked"].as_array().unwrap().len(), 9, "{report}");
             assert_eq!(report["stats"]["fallback"], serde_json::json!({}));
@@ -1371,11 +1428,11 @@ fn keep_slower_and_specialization_exports_mark_nothing() {
     );
     let original = std::fs::read_to_string(out.join("manifest.json")).unwrap();
     let mut edited: Json = serde_json::from_str(&original).unwrap();
-    edited["dispatch"]["table"][2]["baseline_faster"] =
+    edited["dispatch"]["table"][2]["defer"] =
         serde_json::json!({"variant_us": 12.0, "baseline_us": 11.0});
     std::fs::write(out.join("manifest.json"), edited.to_string()).unwrap();
     let err = failing(evo(&db).arg("verify").arg(&out));
-    assert!(err.contains("but the export marked none"), "{err}");
+    assert!(err.contains("dispatch.min_speedup (0) it is not"), "{err}");
 
     // Specialization mode: no marks, no record of the choice, and a mark added is refused.
     let best = tmp.path().join("best");
@@ -1385,27 +1442,52 @@ fn keep_slower_and_specialization_exports_mark_nothing() {
         .assert()
         .success();
     let m = manifest(&best);
-    assert!(m["dispatch"].get("baseline_faster_marked").is_none());
-    for e in m["dispatch"]["table"].as_array().unwrap() {
-        assert!(e.get("baseline_faster").is_none(), "{e}");
-    }
+    assert!(m["dispatch"].get("min_speedup").is_none());
+    assert_marks(&m, &[]);
     let text = std::fs::read_to_string(best.join("manifest.json")).unwrap();
     let mut edited: Json = serde_json::from_str(&text).unwrap();
-    edited["dispatch"]["table"][0]["baseline_faster"] =
+    edited["dispatch"]["table"][0]["defer"] =
         serde_json::json!({"variant_us": 12.0, "baseline_us": 11.0});
     std::fs::write(best.join("manifest.json"), edited.to_string()).unwrap();
     let err = failing(evo(&db).arg("verify").arg(&best));
     assert!(
-        err.contains("is marked baseline_faster") && err.contains("the export marked none"),
+        err.contains("is marked defer") && err.contains("this artifact marks no entry"),
         "{err}"
     );
-    let a = evo(&db)
-        .args(["export", "night", "--keep-slower", "--out"])
-        .arg(tmp.path().join("usage"))
-        .assert()
-        .code(2);
-    let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
-    assert!(err.contains("--per-shape"), "{err}");
+    for (args, needle) in [
+        (&["--keep-slower"][..], "--per-shape"),
+        (&["--min-speedup", "1.1"][..], "--per-shape"),
+        (
+            &["--per-shape", "--keep-slower", "--min-speedup", "1.1"][..],
+            "cannot be used with",
+        ),
+        (&["--per-shape", "--min-speedup=-1"][..], "is not a speedup"),
+    ] {
+        let a = evo(&db)
+            .args(["export", "night", "--out"])
+            .arg(tmp.path().join("usage"))
+            .args(args)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// The `defer` marks of a manifest's dispatch table are exactly `want`'s (table index,
+/// variant µs, baseline µs).
+fn assert_marks(m: &Json, want: &[(usize, f64, f64)]) {
+    let table = m["dispatch"]["table"].as_array().unwrap();
+    for (i, e) in table.iter().enumerate() {
+        match want.iter().find(|w| w.0 == i) {
+            Some(&(_, variant_us, baseline_us)) => assert_eq!(
+                e["defer"],
+                serde_json::json!({"variant_us": variant_us, "baseline_us": baseline_us}),
+                "entry {i}"
+            ),
+            None => assert!(e.get("defer").is_none(), "entry {i}: {e}"),
+        }
+    }
 }
 
 /// A database with run `name` of `configs/<config>.toml` (family `family`): one evaluated

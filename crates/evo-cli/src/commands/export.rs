@@ -61,9 +61,9 @@ pub fn run(o: ExportOptions, json: bool) -> Result<ExitCode> {
         }
         if manifest.dispatch.mode == "per_shape" {
             for e in &manifest.dispatch.table {
-                let deferred = e.baseline_faster.map_or(String::new(), |b| {
+                let deferred = e.defer.map_or(String::new(), |b| {
                     format!(
-                        " (evo_kernel.py: PyTorch's SDPA, {:.2} us < {:.2} us)",
+                        " (evo_kernel.py: PyTorch's SDPA, {:.2} us against the variant's {:.2} us)",
                         b.baseline_us, b.variant_us
                     )
                 });

@@ -230,6 +230,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             force,
             unsanitized,
             unchecked_build,
+            min_speedup,
             keep_slower,
             db,
         } => export::run(
@@ -241,7 +242,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 force: *force,
                 unsanitized: *unsanitized,
                 unchecked_build: *unchecked_build,
-                keep_slower: *keep_slower,
+                min_speedup: if *keep_slower {
+                    0.0
+                } else {
+                    min_speedup.unwrap_or(evo_artifact::manifest::DEFAULT_MIN_SPEEDUP)
+                },
                 templates,
             },
             cli.json,

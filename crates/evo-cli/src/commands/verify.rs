@@ -60,19 +60,19 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
                 .dispatch
                 .table
                 .iter()
-                .filter(|e| e.baseline_faster.is_some())
+                .filter(|e| e.defer.is_some())
                 .count();
             closed_ok(outln!(
                 "dispatch: {}",
-                match m.dispatch.baseline_faster_marked {
-                    Some(true) => format!(
-                        "marks agree with the manifest's times: {marked} of {} shapes go to PyTorch's SDPA in evo_kernel.py (their run measured it faster)",
+                match m.dispatch.min_speedup {
+                    Some(min) if min > 0.0 => format!(
+                        "marks agree with the manifest's times: {marked} of {} shapes go to PyTorch's SDPA in evo_kernel.py (their run measured evo's variant less than {min}x faster than it)",
                         m.dispatch.table.len()
                     ),
-                    Some(false) =>
+                    Some(_) =>
                         "exported with --keep-slower: evo_kernel.py runs evo's kernels on every shape"
                             .into(),
-                    None => "no baseline_faster marks (exported before they existed)".into(),
+                    None => "no defer marks (exported before they existed)".into(),
                 }
             ))?;
         }

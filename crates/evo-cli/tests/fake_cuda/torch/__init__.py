@@ -98,6 +98,10 @@ def empty(shape, dtype=float16, device=None):
     return Tensor((shape,) if isinstance(shape, int) else shape, dtype, device)
 
 
+def empty_strided(shape, strides, dtype=float16, device=None):
+    return Tensor(shape, dtype, device, strides)
+
+
 def empty_like(t):
     # torch's preserve_format keeps a dense tensor's strides.
     return Tensor(t.shape, t.dtype, t.device, t.stride())
