@@ -309,3 +309,74 @@ fn another_evaluator_or_a_finished_run_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing to join"), "{err}");
 }
+
+/// A joining host does not wait 10 minutes for a baseline that no host is measuring: here
+/// the run's only host stopped before measuring it (a replay run edited back to `running`,
+/// its baseline deleted, its host unfinished with a heartbeat long ago, as after a SIGKILL
+/// during the baseline). `evo join` refuses within seconds and names `evo search --resume`.
+/// (SQLite; the file is edited with python3's sqlite3, skipped without it.)
+#[test]
+fn join_refuses_a_run_whose_hosts_stopped_before_its_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("population.db");
+    let run = "no-baseline";
+    let land = root().join(LANDSCAPE);
+    let log = dir.path().join("a.log");
+    let mut a = evo(
+        &log,
+        &[
+            "search",
+            "-c",
+            "configs/sdpa_replay.toml",
+            "--no-progress",
+            "--run",
+            run,
+            "--db",
+            db.to_str().unwrap(),
+            "--budget",
+            "1gen",
+            "--evaluator",
+            &format!("replay:{}", land.display()),
+        ],
+    );
+    wait(&mut a, &log, Duration::from_secs(120));
+    let edit = StdCommand::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             db = sqlite3.connect(sys.argv[1])\n\
+             db.execute('DELETE FROM baselines')\n\
+             db.execute(\"UPDATE runs SET status = 'running'\")\n\
+             db.execute('UPDATE hosts SET finished_at = NULL, heartbeat_ms = 0')\n\
+             db.commit()",
+        )
+        .arg(&db)
+        .output();
+    match edit {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            eprintln!("skipping: no python3 to edit the database ({e})");
+            return;
+        }
+    }
+    let started = Instant::now();
+    let out = StdCommand::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args(["join", run, "--no-progress", "--db", db.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("has no baseline, and no other host is working on it")
+            && err.contains("evo search --resume no-baseline"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -206,10 +206,19 @@ impl Run {
         let mut times = stored(&self.store, self.id).await?;
         let missing = |t: &BTreeMap<String, f64>| keys.iter().any(|k| !t.contains_key(k));
         if self.joined {
+            // Another host measures it; wait while one is alive (a run whose hosts all
+            // stopped before measuring it would otherwise keep this one for 10 minutes).
             let waited = Instant::now();
+            let mut looked = None::<Instant>;
             while missing(&times) {
                 if waited.elapsed() > JOIN_WAIT || stop.is_requested() {
                     refuse!("run `{}` has no baseline after 10 minutes: is its first host (evo search) running?", self.name);
+                }
+                if looked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    looked = Some(Instant::now());
+                    if self.other_live_hosts().await?.is_empty() {
+                        refuse!("run `{}` has no baseline, and no other host is working on it (its hosts stopped or died before measuring one): continue it with `evo search --resume {}`, which measures it, and join after that", self.name, self.name);
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 times = stored(&self.store, self.id).await?;

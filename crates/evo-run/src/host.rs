@@ -82,9 +82,12 @@ impl Run {
         tracing::info!(run = %self.name, evaluator = %self.backend.label(), strategy = self.kind.name(), "search starts");
         let started = Instant::now();
         let mut tally = Tally::default();
+        // From before the baseline: a joining host waiting for it sees this one alive.
+        let heartbeat = self.heartbeat();
         let baseline = match self.baseline(&host.stop, progress).await {
             Ok(b) => b,
             Err(e) => {
+                heartbeat.abort();
                 // Not on Ctrl-C: an interrupted run is kept, to resume.
                 if self.created_here && !host.stop.is_requested() {
                     crate::open::discard_new_run(
@@ -102,7 +105,6 @@ impl Run {
         tally.best = history_of(&self.store.candidates(self.id).await?, &self.context.space)?
             .best()
             .and_then(|r| r.fitness());
-        let heartbeat = self.heartbeat();
         let shift = Shift {
             host: &host,
             baseline: &baseline,
@@ -120,6 +122,24 @@ impl Run {
 
     fn lease(&self) -> Duration {
         Duration::from_millis(self.settings.lease_ms)
+    }
+
+    /// The other hosts of this run that are alive: not finished, and a heartbeat within two
+    /// leases (a host heartbeats every quarter lease, from before its baseline on).
+    pub(crate) async fn other_live_hosts(&self) -> Result<Vec<evo_store::Host>> {
+        let now = evo_store::now_ms();
+        let lease_ms = self.lease().as_millis() as i64;
+        Ok(self
+            .store
+            .hosts(self.id)
+            .await?
+            .into_iter()
+            .filter(|h| {
+                h.id != self.host.id
+                    && h.finished_at.is_none()
+                    && now - h.heartbeat_ms < 2 * lease_ms
+            })
+            .collect())
     }
 
     /// Keeps this host alive in `hosts` and its leases held while it evaluates.
@@ -455,18 +475,7 @@ impl Run {
             .await?;
         if !ended.run_finished {
             // This host stops; the run goes on if another host still works on it.
-            let now = evo_store::now_ms();
-            let lease_ms = self.lease().as_millis() as i64;
-            let others = store
-                .hosts(self.id)
-                .await?
-                .into_iter()
-                .filter(|h| {
-                    h.id != self.host.id
-                        && h.finished_at.is_none()
-                        && now - h.heartbeat_ms < 2 * lease_ms
-                })
-                .count();
+            let others = self.other_live_hosts().await?.len();
             if others == 0 {
                 let status = if interrupted {
                     RunStatus::Interrupted
