@@ -7,8 +7,8 @@
 #      (4,8,2048,64) and (4,16,4096,128), causal and not, fp16 and bf16) for HOPPER_BUDGET (120s),
 #   3. PyTorch SDPA timed on both runs' shapes (scripts/torch_sdpa_baseline.py) and imported as
 #      their baselines (evo baseline import), then evo export mma hopper --per-shape: the
-#      fastest correct variant per shape over both runs, shapes where PyTorch was faster marked
-#      for evo_kernel.py to send to PyTorch's SDPA,
+#      fastest correct variant per shape over both runs, shapes where it measured less than
+#      1.05x faster than PyTorch (--min-speedup) marked for evo_kernel.py to send to PyTorch's SDPA,
 #   4. the artifact's bench.py: evo against every PyTorch SDPA backend, eager and CUDA graph,
 #      on the manifest's shapes (the seed shapes and (4,16,4096,128)), fp16 and bf16, causal
 #      and not,
@@ -52,7 +52,8 @@ fi
 
 # PyTorch's SDPA on each run's shapes, imported as the run's baseline: the quick configs'
 # baselines are their first seeds, and the per-shape export marks (sends to PyTorch's SDPA in
-# evo_kernel.py) only shapes where a PyTorch baseline was faster. TORCH_BASELINE=0 skips it.
+# evo_kernel.py) only shapes where a PyTorch baseline was faster than 1.05x the variant's time
+# (--min-speedup). TORCH_BASELINE=0 skips it.
 if [ "${TORCH_BASELINE:-1}" = 1 ]; then
   for pair in mma:configs/sdpa.toml hopper:configs/sdpa_wgmma_quick.toml; do
     run=${pair%%:*}; cfg=${pair#*:}
