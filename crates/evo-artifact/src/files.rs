@@ -573,12 +573,7 @@ pub fn readme(m: &Manifest) -> String {
                 ))
             );
         }
-        let marked = m
-            .dispatch
-            .table
-            .iter()
-            .filter(|e| e.defer.is_some())
-            .count();
+        let marked = m.dispatch.deferred();
         let _ = writeln!(
             r,
             "\n{}",

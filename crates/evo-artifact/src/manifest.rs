@@ -348,6 +348,13 @@ pub const BASELINE_GENOME: &str = "genome";
 /// faster genome baseline says nothing about PyTorch and marks nothing.
 pub const PYTORCH_BASELINES: [&str; 2] = [BASELINE_TORCH, BASELINE_IMPORT];
 
+impl Dispatch {
+    /// How many entries are marked [`DispatchEntry::defer`].
+    pub fn deferred(&self) -> usize {
+        self.table.iter().filter(|e| e.defer.is_some()).count()
+    }
+}
+
 impl DispatchEntry {
     /// What the entry matches, as canonical texts: the specialization, a space, and the
     /// run-time shape (empty in specialization mode).

@@ -253,31 +253,37 @@ fn three_hosts_one_killed_equal_a_single_process_run() {
     );
 }
 
-#[test]
-fn another_evaluator_or_a_finished_run_is_refused() {
-    let Some(url) = pg_url() else { return };
-    let run = format!("refuse-{}", std::process::id());
+/// Run `run` of configs/sdpa_replay.toml on the recorded landscape in `db`, one generation,
+/// to its end.
+fn one_generation(log: &Path, run: &str, db: &str) {
     let land = root().join(LANDSCAPE);
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("a.log");
     let mut a = evo(
-        &log,
+        log,
         &[
             "search",
             "-c",
             "configs/sdpa_replay.toml",
             "--no-progress",
             "--run",
-            &run,
+            run,
             "--db",
-            &url,
+            db,
             "--budget",
             "1gen",
             "--evaluator",
             &format!("replay:{}", land.display()),
         ],
     );
-    wait(&mut a, &log, Duration::from_secs(120));
+    wait(&mut a, log, Duration::from_secs(120));
+}
+
+#[test]
+fn another_evaluator_or_a_finished_run_is_refused() {
+    let Some(url) = pg_url() else { return };
+    let run = format!("refuse-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("a.log");
+    one_generation(&log, &run, &url);
     let out = StdCommand::cargo_bin("evo")
         .unwrap()
         .current_dir(root())
@@ -320,26 +326,8 @@ fn join_refuses_a_run_whose_hosts_stopped_before_its_baseline() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("population.db");
     let run = "no-baseline";
-    let land = root().join(LANDSCAPE);
     let log = dir.path().join("a.log");
-    let mut a = evo(
-        &log,
-        &[
-            "search",
-            "-c",
-            "configs/sdpa_replay.toml",
-            "--no-progress",
-            "--run",
-            run,
-            "--db",
-            db.to_str().unwrap(),
-            "--budget",
-            "1gen",
-            "--evaluator",
-            &format!("replay:{}", land.display()),
-        ],
-    );
-    wait(&mut a, &log, Duration::from_secs(120));
+    one_generation(&log, run, db.to_str().unwrap());
     let edit = StdCommand::new("python3")
         .arg("-c")
         .arg(

@@ -56,12 +56,7 @@ pub fn run(dir: &Path, templates: Option<&Path>, json: bool) -> Result<ExitCode>
             report.plan.join("; ")
         ))?;
         if m.dispatch.mode == "per_shape" {
-            let marked = m
-                .dispatch
-                .table
-                .iter()
-                .filter(|e| e.defer.is_some())
-                .count();
+            let marked = m.dispatch.deferred();
             closed_ok(outln!(
                 "dispatch: {}",
                 match m.dispatch.min_speedup {
