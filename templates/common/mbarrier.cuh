@@ -78,4 +78,16 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Named barrier `id` over `count` threads that also takes a vote: true iff every one of them
+// passed true (bar.red.and).
+__device__ __forceinline__ bool named_bar_and(int id, int count, bool pred) {
+    int all;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.and.pred q, %2, %3, p;\n selp.s32 %0, 1, 0, q;\n}\n"
+        : "=r"(all)
+        : "r"(int(pred)), "r"(id), "r"(count)
+        : "memory");
+    return all != 0;
+}
+
 }  // namespace evo

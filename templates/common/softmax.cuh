@@ -180,6 +180,71 @@ struct OnlineSoftmax {
         return moved;
     }
 
+    // exp_kept for this softmax (LAZY_LOG2 > 0): p = 2^(x - m), kept while x <= m + LAZY_LOG2.
+    template <bool SUM, class At>
+    __device__ __forceinline__ bool step_kept(At&& at, const LogitScale& sc, float (&tile_sum)[2]) const {
+        static_assert(LAZY_LOG2 > 0, "the speculative step needs the lazy rescale");
+        return exp_kept<SUM, EXP2_POLY_EVERY, 3>(at, sc, 0.f, float(LAZY_LOG2), float(1 << LAZY_LOG2), tile_sum);
+    }
+
+    // The speculative half of a lazy step (SPECULATIVE_EXP): the tile's exponentials taken against
+    // the maximum in use before the tile's own maximum is known, p = 2^(x - (m - offset)) in place
+    // of s, the largest p tracked alongside (FMNMX between the MUFU.EX2, off the chain of FMNMX
+    // that otherwise gates every exponential). Returns whether both rows keep their maximum: m
+    // finite and every p at most p_limit = 2^limit (the lazy rule: the tile's maximum within
+    // LAZY_LOG2 of m; an overflowing argument gives p = inf). Then p is exactly what the ordinary
+    // step gives (the same reference, the same FFMA) and `keep` adds the tile's sums (alpha is 1).
+    // Otherwise s is lost and nothing else has changed: the caller computes S again and takes the
+    // ordinary step. The caller decides for every thread that shares the tile's MMA (a
+    // warpgroup), so p is kept or dropped as a whole. The vote reads every p and, with SUM, the
+    // sums (finite), so that ptxas computes them before it instead of sinking them behind the vote
+    // into the kept path. Polynomial exponentials (whose exponent field wraps for large arguments)
+    // are checked on their arguments instead.
+    template <bool SUM, int POLY_EVERY, int POLY_DEGREE, class At>
+    __device__ __forceinline__ bool exp_kept(At&& at, const LogitScale& sc, float offset, float limit, float p_limit,
+                                             float (&tile_sum)[2]) const {
+        float ref[2], p_max[2], arg_max[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            ref[h] = row_max[h] - offset;
+            p_max[h] = 0.f;
+            arg_max[h] = neg_inf();
+            tile_sum[h] = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int h = r >> 1;
+                const float x = fmaf(at(j, r), sc.c, -ref[h]);
+                float p;
+                if (exp2_by_poly<POLY_EVERY>(j)) {
+                    arg_max[h] = fmaxf(arg_max[h], x);
+                    p = exp2_poly<POLY_DEGREE>(x);
+                } else {
+                    p = fast_exp2(x);
+                    p_max[h] = fmaxf(p_max[h], p);
+                }
+                at(j, r) = p;
+                if constexpr (SUM) tile_sum[h] += p;
+            }
+        }
+        // (bitwise &: a short-circuit && becomes a branch, and the rest of the check behind it)
+        bool kept = (row_max[0] != neg_inf()) & (row_max[1] != neg_inf()) & (fmaxf(p_max[0], p_max[1]) <= p_limit) &
+                    (fmaxf(arg_max[0], arg_max[1]) <= limit);
+        if constexpr (SUM) kept = kept & (tile_sum[0] + tile_sum[1] <= 3.0e38f);
+        return kept;
+    }
+
+    // After exp_kept held for the whole warpgroup: the running sums take the tile's (alpha = 1).
+    template <bool SUM>
+    __device__ __forceinline__ void keep(const float (&tile_sum)[2]) {
+        if constexpr (SUM) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) row_sum[h] += tile_sum[h];
+        }
+    }
+
     // op (fmaxf or fminf) over this thread's columns of each row, then over the quad.
     template <class Op, class At>
     __device__ __forceinline__ static void reduce_quad(Op op, At& at, float (&out)[2]) {
