@@ -26,22 +26,6 @@ struct OnlineSoftmaxP8 : OnlineSoftmax<NB, 0> {
     using Base::row_max;
     using Base::row_sum;
 
-    // OnlineSoftmax::exp_speculative and settle with p = 448 2^(x - m - LAZY_LOG2): the maximum in
-    // use kept while every p <= 448.
-    template <bool SUM, class At>
-    __device__ __forceinline__ bool step448_speculative(At&& at, const LogitScale& sc, float (&tile_sum)[2],
-                                                        float (&p_max)[2], float (&arg_max)[2]) const {
-        static_assert(LAZY_LOG2 > 0, "the speculative step needs the lazy rescale");
-        return Base::template exp_speculative<SUM, EXP2_POLY_EVERY, 2>(at, sc, log2_448() - float(LAZY_LOG2), tile_sum,
-                                                                       p_max, arg_max);
-    }
-    template <bool SUM, class At>
-    __device__ __forceinline__ bool settle448(At&& at, float (&tile_sum)[2], const float (&p_max)[2],
-                                              const float (&arg_max)[2], float (&alpha)[2]) {
-        return Base::template settle<SUM>(at, log2_448() - float(LAZY_LOG2), log2_448(), 448.f, tile_sum, p_max,
-                                          arg_max, alpha);
-    }
-
     // As OnlineSoftmax::step, p = 448 * 2^(x - m - LAZY_LOG2); returns whether a row's maximum
     // moved (O needs rescaling; always true without LAZY_LOG2).
     template <bool MASK, bool SUM, class At, class Visible>
