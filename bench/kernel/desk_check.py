@@ -8,14 +8,14 @@ share of the tiles and the merge of the warpgroups' results, the unmasked prefix
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
 (8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
 exp2, the maximum on raw scores with min for a negative scale, `hide`, the FLT_MIN clamp), the
-rescale policy (RESCALE: always / lazy) and the split-KV combine; the query blocks come from a
+rescale policy (RESCALE: always / lazy; SPECULATIVE_EXP: the lazy rule taken after the exponentials) and the split-KV combine; the query blocks come from a
 transcription of the template's Schedule (SCHEDULER grid: one per CTA; persistent: each CTA's
 units, causal as pairs of blocks), checked on its own over many (blocks, heads, batch, CTAs):
 every block once, the CTA's walk by `next` (empty units skipped, the last one known), and the
 work per CTA of the causal pairs. Each case is compared
 with a direct softmax attention over the visible keys. Scores are drawn directly (the matrix
-Q K^T), with adversarial rows (all zero, all very negative, one dominant key) or maxima rising
-along the keys.
+Q K^T), with adversarial rows (all zero, all very negative, one dominant key), maxima rising
+along the keys, or maxima jumping from tile to tile.
 
 Usage: bench/kernel/desk_check.py [--quick] [--seed N]   (exit 1 on any mismatch)
 """
@@ -100,6 +100,49 @@ def quad_step(threads, scores, sc: LogitScale, visible_of, rescale: str):
     return alphas
 
 
+def quad_step_speculative(threads, scores, sc: LogitScale):
+    """SPECULATIVE_EXP on an unmasked tile (common/softmax.cuh exp_speculative, then settle): the
+    exponentials against the maximum in use, then the lazy rule on the largest p; a quad with an
+    unusable p (a row's maximum -inf, or an argument past 64) takes the ordinary lazy step on the
+    scores computed again. (The kernel decides usability per warpgroup: a quad whose own p are
+    usable may still take the ordinary step, which is quad_step.)"""
+    saved = [[list(row) for row in th] for th in scores]
+    p_max = [[0.0, 0.0] for _ in range(4)]
+    sums = [[0.0, 0.0] for _ in range(4)]
+    usable = True
+    for t in range(4):
+        sm = threads[t]
+        for h in range(2):
+            if sm.row_max[h] == -INF:
+                usable = False
+                continue
+            for i, s in enumerate(scores[t][h]):
+                x = s * sc.c - sm.row_max[h]
+                p = ex2(x)
+                usable = usable and x <= 64
+                scores[t][h][i] = p
+                p_max[t][h] = max(p_max[t][h], p)
+                sums[t][h] += p
+    if not usable:
+        for t in range(4):
+            scores[t] = saved[t]
+        return quad_step(threads, scores, sc, [None] * 4, "lazy")
+    alphas = []
+    for t in range(4):
+        sm = threads[t]
+        alpha = [1.0, 1.0]
+        for h in range(2):
+            pm = max(p_max[tq][h] for tq in range(4))  # (the quad's shuffles)
+            arg = math.log2(pm) if pm > 0 else -INF
+            if arg > LAZY_THRESHOLD:
+                sm.row_max[h] += arg
+                alpha[h] = ex2(-arg)
+            scores[t][h] = [p * alpha[h] for p in scores[t][h]]
+            sm.row_sum[h] = sm.row_sum[h] * alpha[h] + sums[t][h] * alpha[h]
+        alphas.append(alpha)
+    return alphas
+
+
 def walk(case, sc, rows, t0, n_tiles, n_full, tiles):
     """One warpgroup's quad (rows r_lo, r_lo + 8) over its tiles: the 4 threads' softmax states
     and unnormalized O rows (summed over the quad's columns)."""
@@ -125,7 +168,10 @@ def walk(case, sc, rows, t0, n_tiles, n_full, tiles):
             else:
                 lim = [(min(seq_kv, rows[h] + 1) if causal else seq_kv) - n0 - col_base for h in range(2)]
                 visible_of.append(lambda h, j, e, lim=lim: 8 * j + e < lim[h])
-        alphas = quad_step(threads, scores, sc, visible_of, rescale)
+        if rescale == "speculative" and t < n_full and t != tiles[0]:
+            alphas = quad_step_speculative(threads, scores, sc)
+        else:
+            alphas = quad_step(threads, scores, sc, visible_of, "lazy" if rescale == "speculative" else rescale)
         for tq in range(4):
             for h in range(2):
                 # (lazy: a warp whose rows kept their maximum skips this; their alphas are exactly 1)
@@ -350,6 +396,10 @@ def make_case(rng: random.Random, seq_q, seq_kv, causal, bn, cw, splits, scale, 
     elif kind == "ramp":
         # Maxima growing from tile to tile (the rescale paths): row r's scores rise along the keys.
         S = [[(0.5 + 0.01 * r) * k + rng.gauss(0.0, 1.0) for k in range(seq_kv)] for r in range(seq_q)]
+    elif kind == "steps":
+        # Maxima that jump from tile to tile past the lazy threshold (and, at large scales, past
+        # the speculative step's overflow bound).
+        S = [[12.0 * (k // 16) + rng.gauss(0.0, 1.0) for k in range(seq_kv)] for _ in range(seq_q)]
     V = [[rng.gauss(0.0, 1.0) for _ in range(2)] for _ in range(seq_kv)]
     return dict(seq_q=seq_q, seq_kv=seq_kv, causal=causal, bn=bn, cw=cw, splits=splits, scale=scale,
                 rescale=rescale, S=S, V=V, kind=kind, keys=keys)
@@ -371,12 +421,12 @@ def compare(case) -> float:
 def cases(quick: bool, rng: random.Random):
     seqs = [1, 5, 64, 65, 130, 200] if not quick else [1, 65, 130]
     for seq_q, seq_kv in itertools.product(seqs, seqs):
-        for causal, rescale in itertools.product((False, True), ("always", "lazy")):
+        for causal, rescale in itertools.product((False, True), ("always", "lazy", "speculative")):
             bn = rng.choice([64, 128, 176, 192])
             cw = rng.choice([1, 2, 3])
             splits = rng.choice([1, 1, 2, 3])
             scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
-            kind = rng.choice(["random", "adversarial", "ramp"])
+            kind = rng.choice(["random", "adversarial", "ramp", "steps"])
             keys = cw >= 2 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
             case = make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
             # SCHEDULER persistent (rows, no split), on its own grid or a smaller one.
