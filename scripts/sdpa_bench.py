@@ -106,7 +106,8 @@ def eager_times(calls, q, k, v, iters=None, reps=5, target_ms=40.0, loops=None, 
         ms = (time.perf_counter() - t) * 1e3 / 5
         per_call_ms.append(ms)
         counts.append(iters if iters is not None else int(min(200, max(10, target_ms / max(ms, 1e-3)))))
-    settles = [int(min(400, settle_ms / max(ms, 1e-3))) for ms in per_call_ms]
+    # (at least one call: a call slower than settle_ms still gets its own predecessor)
+    settles = [max(1, int(min(400, settle_ms / max(ms, 1e-3)))) for ms in per_call_ms]
     order, rng = list(range(len(calls))), random.Random(0)
     ts = [[] for _ in calls]
     for _ in range(reps):
