@@ -1690,7 +1690,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
 
 /// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
 const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+    "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
 /// tensor maps) exports: the manifest names every argument, the Python binding encodes
@@ -1890,7 +1890,8 @@ fn export_of_a_run_recorded_before_a_knob_existed() {
     let db = tmp.path().join("population.db");
     let old = W
         .replace("SCHEDULER=grid,", "")
-        .replace("EXP2_POLY=off,", "");
+        .replace("EXP2_POLY=off,", "")
+        .replace("SPECULATIVE_EXP=off,", "");
     assert_ne!(old, W);
     one_genome_run(
         &db,
