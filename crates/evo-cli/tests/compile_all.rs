@@ -57,7 +57,8 @@ fn check_kernel_with(reports: &[Json], kernel: &str, opcode: &str) {
 }
 
 /// `kernel` of a compile report (a module may hold others: the FP8 family's quantizer, the
-/// split-KV combine) uses no spill stores and no stack frame.
+/// split-KV combine) uses no spill stores and no stack frame, and ptxas kept its wgmma
+/// instructions pipelined (the static gate rejects a serialized kernel).
 fn assert_spill_free(r: &Json, kernel: &str) {
     let g = r["genome"].as_str().unwrap();
     let k = r["kernels"]
@@ -70,6 +71,11 @@ fn assert_spill_free(r: &Json, kernel: &str) {
     assert_eq!(
         k["stack_frame_bytes"], 0,
         "{g}: {kernel} uses a stack frame"
+    );
+    assert!(
+        k.get("wgmma_serialized").is_none(),
+        "{g}: ptxas serialized the wgmma instructions of {kernel}: {}",
+        k["wgmma_serialized"]
     );
 }
 

@@ -179,6 +179,10 @@ impl Default for TimingConfig {
 pub struct StaticConfig {
     /// Reject a kernel that spills more than this many bytes (stores + loads).
     pub max_spill_bytes: u32,
+    /// Time a kernel whose wgmma instructions ptxas serialized (its notice "Potential
+    /// Performance Loss: wgmma.mma_async instructions are serialized"); by default such a
+    /// kernel is rejected before any launch: it runs well below the same code unserialized.
+    pub allow_wgmma_serialization: bool,
     /// Reject a kernel using more registers per thread than this.
     pub max_registers: u32,
     /// Reject a launch that fits fewer blocks than this on one multiprocessor.
@@ -238,6 +242,7 @@ impl Default for StaticConfig {
     fn default() -> Self {
         StaticConfig {
             max_spill_bytes: 0,
+            allow_wgmma_serialization: false,
             max_registers: 255,
             min_blocks_per_sm: 1,
             require_tensor_ops: false,
@@ -824,6 +829,7 @@ rtol = 0.02
 enabled = false
 [static]
 max_spill_bytes = 64
+allow_wgmma_serialization = true
 [timeouts]
 job_base_s = 5.0
 "#,
@@ -837,6 +843,8 @@ job_base_s = 5.0
         assert_eq!(c.correctness.tolerance["bf16"].rtol, Some(0.02));
         assert!(!c.timing.enabled);
         assert_eq!(c.static_rules.max_spill_bytes, 64);
+        assert!(c.static_rules.allow_wgmma_serialization);
+        assert!(!StaticConfig::default().allow_wgmma_serialization);
         assert_eq!(c.timeouts.job_base_s, 5.0);
     }
 

@@ -97,6 +97,11 @@ pub fn check(
                 k.spill_store_bytes, k.spill_load_bytes, rules.max_spill_bytes
             ));
         }
+        if let (Some(why), false) = (&k.wgmma_serialized, rules.allow_wgmma_serialization) {
+            return Err(format!(
+                "ptxas serialized the wgmma instructions of `{name}` ({why}): each waits for the one before (allow it with [static] allow_wgmma_serialization = true)"
+            ));
+        }
         if k.registers > rules.max_registers {
             return Err(format!(
                 "`{name}` uses {} registers per thread (limit {})",
@@ -336,6 +341,7 @@ mod tests {
             spill_store_bytes: spill,
             spill_load_bytes: spill,
             barriers: 1,
+            wgmma_serialized: None,
         }
     }
 
@@ -388,6 +394,26 @@ mod tests {
         assert!(e.contains("0 blocks per multiprocessor"), "{e}");
         let e = check(&t, &rules, &[kernel(64, 0)], None, &launch(2048, 0)).unwrap_err();
         assert!(e.contains("2048 threads"), "{e}");
+        let mut serialized = kernel(64, 0);
+        serialized.wgmma_serialized =
+            Some("due to insufficient register resources for the wgmma pipeline".into());
+        let e = check(
+            &t,
+            &rules,
+            std::slice::from_ref(&serialized),
+            None,
+            &launch(128, 0),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("serialized the wgmma") && e.contains("insufficient register"),
+            "{e}"
+        );
+        let allowed = StaticConfig {
+            allow_wgmma_serialization: true,
+            ..StaticConfig::default()
+        };
+        assert!(check(&t, &allowed, &[serialized], None, &launch(128, 0)).is_ok());
         let mut other = kernel(64, 0);
         other.name = "other".into();
         let e = check(&t, &rules, &[other], None, &launch(128, 0)).unwrap_err();

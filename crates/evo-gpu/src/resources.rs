@@ -1,7 +1,8 @@
 //! Resource usage of compiled kernels, read without a GPU.
 //!
 //! Two sources that cross-check each other: ptxas's verbose report in the NVRTC log
-//! (registers, static shared memory, stack frame, spill stores and loads, barriers) and
+//! (registers, static shared memory, stack frame, spill stores and loads, barriers, a
+//! serialized wgmma pipeline) and
 //! the CUBIN's ELF (register count and stack frame per kernel from `.nv.info`). Tensor-core instructions are counted in
 //! the SASS printed by cuobjdump, when it is available.
 
@@ -24,6 +25,11 @@ pub struct KernelResources {
     pub spill_store_bytes: u32,
     pub spill_load_bytes: u32,
     pub barriers: u32,
+    /// ptxas's reason when it serialized the kernel's wgmma.mma_async instructions (info
+    /// C7510-C7515, "Potential Performance Loss"): each then waits for the previous one, and
+    /// the kernel runs well below its peers (session 20: 10-20% on an FP8 attention kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wgmma_serialized: Option<String>,
 }
 
 impl KernelResources {
@@ -37,11 +43,26 @@ fn number_before(text: &str, unit: &str) -> Option<u32> {
     text[..idx].split_whitespace().last()?.parse().ok()
 }
 
+/// The marker of ptxas's notice that it serialized a function's wgmma instructions.
+const WGMMA_SERIALIZED: &str = "wgmma.mma_async instructions are serialized";
+
 /// Parses `ptxas info` lines of an NVRTC log compiled with `--ptxas-options=-v`.
 pub fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
     let mut kernels: Vec<KernelResources> = Vec::new();
+    // ptxas names the function at the end of the notice, not always after its entry line.
+    let mut serialized: BTreeMap<String, String> = BTreeMap::new();
     for line in log.lines() {
         let line = line.trim();
+        if let Some(at) = line.find(WGMMA_SERIALIZED) {
+            let reason = line[at + WGMMA_SERIALIZED.len()..].trim();
+            if let Some((why, function)) = reason.rsplit_once(" in the function '") {
+                let function = function.trim_end_matches('\'').to_string();
+                serialized
+                    .entry(function)
+                    .or_insert_with(|| why.trim().to_string());
+            }
+            continue;
+        }
         if let Some(rest) = line
             .strip_prefix("ptxas info")
             .and_then(|r| r.split_once(':'))
@@ -65,6 +86,9 @@ pub fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
             k.spill_store_bytes = number_before(line, " bytes spill stores").unwrap_or(0);
             k.spill_load_bytes = number_before(line, " bytes spill loads").unwrap_or(0);
         }
+    }
+    for k in &mut kernels {
+        k.wgmma_serialized = serialized.remove(&k.name);
     }
     kernels
 }
@@ -265,6 +289,7 @@ ptxas info    : Used 32 registers, 380 bytes cmem[0]
                 spill_store_bytes: 4,
                 spill_load_bytes: 12,
                 barriers: 1,
+                wgmma_serialized: None,
             }
         );
         assert!(k[0].spills() && !k[1].spills());
@@ -272,6 +297,38 @@ ptxas info    : Used 32 registers, 380 bytes cmem[0]
             (k[1].name.as_str(), k[1].registers, k[1].barriers),
             ("combine", 32, 0)
         );
+    }
+
+    /// ptxas's notice of a serialized wgmma pipeline (NVRTC 13.0's words, session 20), before
+    /// the function's entry line and after another's, lands on that function only.
+    #[test]
+    fn ptxas_report_names_a_serialized_wgmma_pipeline() {
+        let log = "\
+ptxas info    : (C7519) warpgroup.arrive is injected in around line 1548 by compiler to allow use of registers in GMMA in function 'sdpa_fwd_fp8'
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the wgmma pipeline in the function 'sdpa_fwd_fp8'
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'sdpa_fp8_amax' for 'sm_90a'
+ptxas info    : Function properties for sdpa_fp8_amax
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 26 registers, used 1 barriers, 1024 bytes smem
+ptxas info    : Compiling entry function 'sdpa_fwd_fp8' for 'sm_90a'
+ptxas info    : Function properties for sdpa_fwd_fp8
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+";
+        let k = parse_ptxas_report(log);
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].name, "sdpa_fp8_amax");
+        assert_eq!(k[0].wgmma_serialized, None);
+        assert_eq!(k[1].name, "sdpa_fwd_fp8");
+        assert_eq!(
+            k[1].wgmma_serialized.as_deref(),
+            Some("due to insufficient register resources for the wgmma pipeline")
+        );
+        // A log without the notice (the one above) names none.
+        assert!(parse_ptxas_report(LOG)
+            .iter()
+            .all(|k| k.wgmma_serialized.is_none()));
     }
 
     #[test]

@@ -235,6 +235,16 @@ fn print_human(
         .iter()
         .filter(|r| r.compiled.kernels.iter().any(|k| k.spills()))
         .count();
+    let serialized: Vec<(&VariantReport, &str, &str)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.compiled.kernels.iter().filter_map(move |k| {
+                k.wgmma_serialized
+                    .as_deref()
+                    .map(|why| (r, k.name.as_str(), why))
+            })
+        })
+        .collect();
     let fresh: Vec<f64> = reports
         .iter()
         .filter(|r| !r.compiled.cached && r.compiled.success)
@@ -258,6 +268,13 @@ fn print_human(
             )
         }
     )?;
+    for (r, kernel, why) in serialized {
+        outln!(
+            "ptxas serialized the wgmma instructions of `{kernel}` in {} ({}): {why}",
+            &r.hash[..16.min(r.hash.len())],
+            r.spec
+        )?;
+    }
     for r in failed {
         eprintln!(
             "--- {} ({}) failed to compile:\n{}",
