@@ -241,8 +241,8 @@ struct OnlineSoftmax {
     }
 
     // settle, once every p of the warpgroup is usable: the lazy rule on the tile's maximum, whose
-    // argument (relative to m - offset) is that of the largest p (p_limit = 2^limit). A row that keeps m keeps its p
-    // exactly as the ordinary step computes them (the same reference, the same FFMA), alpha 1. A
+    // argument (relative to m - offset) is that of the largest p (p_limit = 2^limit). A row that
+    // keeps m keeps its p exactly as the ordinary step computes them (the same reference, the same FFMA), alpha 1. A
     // row whose maximum exceeds m + (limit - offset) moves m to it as the ordinary step does, and
     // its p, taken against the old m, are multiplied by the same alpha as O and the sum: the
     // ordinary step's p up to a rounding. Returns whether a row of this thread moved. Warp-uniform

@@ -165,3 +165,56 @@ fn concurrent_disassembly_of_one_cubin() {
         }
     });
 }
+
+/// A planted wgmma kernel (m64n8k16, f16): `TOUCH` 1 adds to an accumulator register between
+/// two wgmma of one pipeline stage, which makes ptxas serialize them (its notice C7515); 0 is
+/// the same kernel without that add.
+fn wgmma_probe(touch: bool) -> String {
+    format!(
+        r#"
+#define TOUCH {}
+__device__ __forceinline__ void mma(float (&d)[4], unsigned long long a, unsigned long long b, int acc) {{
+    asm volatile("{{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {{%0, %1, %2, %3}}, %4, %5, p, 1, 1, 0, 0;\n}}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "l"(a), "l"(b), "r"(acc));
+}}
+extern "C" __global__ void wgmma_probe(float* out, unsigned long long a, unsigned long long b) {{
+    float d[4] = {{0.f, 0.f, 0.f, 0.f}};
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    mma(d, a, b, 0);
+#if TOUCH
+    d[0] += out[0];
+#endif
+    mma(d, a + 2, b + 2, 1);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    for (int i = 0; i < 4; ++i) out[threadIdx.x * 4 + i] = d[i];
+}}
+"#,
+        touch as i32
+    )
+}
+
+/// ptxas's notice of a serialized wgmma pipeline reaches the kernel's resources (which the
+/// static gate rejects, `[static] allow_wgmma_serialization`), and only where ptxas gives it.
+#[test]
+fn a_serialized_wgmma_pipeline_is_reported() {
+    let c = compiler(None);
+    let serialized = c.compile(&request(&wgmma_probe(true))).unwrap();
+    assert!(serialized.success, "{}", serialized.log);
+    let k = serialized.kernel("wgmma_probe").unwrap();
+    let why = k
+        .wgmma_serialized
+        .as_deref()
+        .unwrap_or_else(|| panic!("no serialization notice in:\n{}", serialized.log));
+    assert!(why.starts_with("due to "), "{why}");
+    let plain = c.compile(&request(&wgmma_probe(false))).unwrap();
+    assert!(plain.success, "{}", plain.log);
+    assert_eq!(
+        plain.kernel("wgmma_probe").unwrap().wgmma_serialized,
+        None,
+        "{}",
+        plain.log
+    );
+}

@@ -271,7 +271,7 @@ fn print_human(
     for (r, kernel, why) in serialized {
         outln!(
             "ptxas serialized the wgmma instructions of `{kernel}` in {} ({}): {why}",
-            &r.hash[..16.min(r.hash.len())],
+            r.hash,
             r.spec
         )?;
     }
