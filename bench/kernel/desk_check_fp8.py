@@ -38,7 +38,7 @@ import sys
 FLT_MIN = 1.17549435e-38
 LOG2E = 1.4426950408889634
 INF = math.inf
-BLOCK_NS = [64, 128, 160, 192, 224, 256]
+BLOCK_NS = [64, 96, 128, 160, 192, 224, 256]
 
 
 def f32(x: float) -> float:

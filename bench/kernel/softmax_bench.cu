@@ -1,0 +1,241 @@
+// One consumer warp's FP8 softmax step in isolation (issue 19): cycles per tile of the tile
+// maximum, exponentials and row sums of common/softmax_p8.cuh (BLOCK_N 192: 96 scores per thread)
+// with one or two warps per SM sub-partition, and variants of the step with the maximum and the
+// row sums in several independent chains. bench/gpu/fp8_timeline.sh measured the step at
+// 1850-2200 cycles inside the kernel (tile maximum 640-740), about twice what its MUFU.EX2 take
+// at the unit's rate (98 x 8 cycles). Last, the header's step beside a second warpgroup that keeps
+// the tensor cores busy with S = Q K^T tiles (QGMMA m64n192k32, as the kernel's other consumer):
+// what the GEMMs running next to it cost the step.
+// Build and run on the device, from the repo root:
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I templates/common -o /tmp/sb bench/kernel/softmax_bench.cu && /tmp/sb
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "softmax.cuh"
+#include "softmax_p8.cuh"
+#include "wgmma.cuh"
+#include "qgmma.cuh"
+
+using namespace evo;
+
+enum : int { NB = 24, FLOATS = 4 * NB, LAZY = 2 };
+using Sm = OnlineSoftmaxP8<NB, LAZY, 0>;
+
+// step448<MASK false, SUM true> with the tile maximum in MAXC chains per row and the tile's sums in
+// SUMC partial sums per row (element k of row h: block k / 2, float 2 h + k % 2).
+template <int MAXC, int SUMC>
+__device__ __forceinline__ bool step_chains(Sm& sm, float (&s)[FLOATS], const LogitScale& sc, float (&alpha)[2]) {
+    auto at = [&](int h, int k) -> float& { return s[4 * (k >> 1) + 2 * h + (k & 1)]; };
+    float m[2][MAXC];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int c = 0; c < MAXC; ++c) m[h][c] = at(h, c);
+#pragma unroll
+        for (int k = MAXC; k < 2 * NB; ++k) m[h][k % MAXC] = fmaxf(m[h][k % MAXC], at(h, k));
+#pragma unroll
+        for (int w = 1; w < MAXC; w *= 2) {
+#pragma unroll
+            for (int c = 0; c + w < MAXC; c += 2 * w) m[h][c] = fmaxf(m[h][c], m[h][c + w]);
+        }
+    }
+    float tile_max[2] = {m[0][0], m[1][0]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+    }
+    float ref[2];
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float m_tile = tile_max[h] * sc.c;
+        const bool up = m_tile > sm.row_max[h] + float(LAZY);
+        const float m_new = up ? m_tile : sm.row_max[h];
+        moved = moved || up;
+        const float base = m_new == neg_inf() ? 0.f : m_new;
+        alpha[h] = m_new == sm.row_max[h] ? 1.f : fast_exp2(sm.row_max[h] - base);
+        ref[h] = base - (log2_448() - float(LAZY));
+        sm.row_max[h] = m_new;
+    }
+    float part[2][SUMC];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int c = 0; c < SUMC; ++c) part[h][c] = 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < 2 * NB; ++k) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float p = fast_exp2(fmaf(at(h, k), sc.c, -ref[h]));
+            at(h, k) = p;
+            part[h][k % SUMC] += p;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t = part[h][0];
+#pragma unroll
+        for (int c = 1; c < SUMC; ++c) t += part[h][c];
+        sm.row_sum[h] = sm.row_sum[h] * alpha[h] + t;
+    }
+    return moved;
+}
+
+// VARIANT 0: the header's step448; else step_chains<MAXC, SUMC>.
+template <int VARIANT, int MAXC, int SUMC>
+__global__ void bench(const float* in, float* out, long long* cycles, int iters) {
+    float s[FLOATS];
+#pragma unroll
+    for (int i = 0; i < FLOATS; ++i) s[i] = in[(threadIdx.x * FLOATS + i) % 4096];
+    Sm sm;
+    sm.init();
+    const LogitScale sc = LogitScale::of_log2(0.02f);
+    float alpha[2];
+    int moves = 0;
+    __syncwarp();
+    const long long t0 = clock64();
+    for (int it = 0; it < iters; ++it) {
+        // The scores "change" every tile (no instruction: the compiler may not reuse a step).
+#pragma unroll
+        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
+        bool moved;
+        if constexpr (VARIANT == 0) {
+            auto at = [&](int j, int r) -> float& { return s[4 * j + r]; };
+            moved = sm.step448<false, true>(at, sc, [](int, int, int) { return true; }, alpha);
+        } else {
+            moved = step_chains<MAXC, SUMC>(sm, s, sc, alpha);
+        }
+        moves += moved;
+        // p in [0, 448] becomes the next tile's scores: bring them back to the inputs' range.
+#pragma unroll
+        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
+    }
+    const long long t1 = clock64();
+    float acc = sm.row_sum[0] + sm.row_sum[1] + alpha[0] + float(moves);
+#pragma unroll
+    for (int i = 0; i < FLOATS; ++i) acc += s[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    if ((threadIdx.x & 31) == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
+}
+
+template <int VARIANT, int MAXC, int SUMC>
+void run(const char* name, const float* in, float* out, long long* cycles, int sms) {
+    const int iters = 2000;
+    for (int warps_per_smsp = 1; warps_per_smsp <= 2; ++warps_per_smsp) {
+        const int threads = 128 * warps_per_smsp, n = sms * threads / 32;
+        bench<VARIANT, MAXC, SUMC><<<sms, threads>>>(in, out, cycles, iters);  // warm-up
+        bench<VARIANT, MAXC, SUMC><<<sms, threads>>>(in, out, cycles, iters);
+        std::vector<long long> c(n);
+        cudaMemcpy(c.data(), cycles, n * sizeof(long long), cudaMemcpyDeviceToHost);
+        std::sort(c.begin(), c.end());
+        printf("%-34s %d warp(s)/sub-partition: %7.1f cycles per step (median warp; min %.1f, max %.1f)\n", name,
+               warps_per_smsp, double(c[n / 2]) / iters, double(c[0]) / iters, double(c[n - 1]) / iters);
+    }
+}
+
+// Warpgroup 0 times the header's step (as bench<0>); warpgroup 1 issues S = Q K^T (QGMMA SS,
+// 4 k32 steps of m64n192k32 per group, zero operands) group after group until warpgroup 0 is
+// done, and reports its cycles per group. GEMMS false: warpgroup 1 idles (same launch shape).
+template <bool GEMMS>
+__global__ void beside(const float* in, float* out, long long* cycles, int iters) {
+    __shared__ __align__(1024) unsigned char tiles[(64 + 192) * 128];
+    __shared__ int done;
+    for (int i = threadIdx.x; i < (64 + 192) * 128 / 4; i += blockDim.x) reinterpret_cast<unsigned*>(tiles)[i] = 0;
+    if (threadIdx.x == 0) done = 0;
+    __syncthreads();
+    if (threadIdx.x >= 128) {
+        if (!GEMMS) return;
+        float acc[96];
+        const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(tiles));
+        const unsigned long long qd = wgmma_desc_kmajor<128>(base), kd = wgmma_desc_kmajor<128>(base + 64 * 128);
+        long long groups = 0;
+        const long long t0 = clock64();
+        while (!*(volatile int*)&done) {
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) Qgmma<192>::ss(acc, wgmma_desc_add(qd, 32 * kk), wgmma_desc_add(kd, 32 * kk), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_regs(acc);
+            ++groups;
+        }
+        const long long t1 = clock64();
+        float a = 0.f;
+#pragma unroll
+        for (int i = 0; i < 96; ++i) a += acc[i];
+        out[blockIdx.x * blockDim.x + threadIdx.x] = a;
+        if (threadIdx.x == 128) cycles[gridDim.x + blockIdx.x] = groups ? (t1 - t0) / groups : 0;
+        return;
+    }
+    float s[FLOATS];
+#pragma unroll
+    for (int i = 0; i < FLOATS; ++i) s[i] = in[(threadIdx.x * FLOATS + i) % 4096];
+    Sm sm;
+    sm.init();
+    const LogitScale sc = LogitScale::of_log2(0.02f);
+    float alpha[2];
+    int moves = 0;
+    const long long t0 = clock64();
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
+        auto at = [&](int j, int r) -> float& { return s[4 * j + r]; };
+        moves += sm.step448<false, true>(at, sc, [](int, int, int) { return true; }, alpha);
+#pragma unroll
+        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
+    }
+    const long long t1 = clock64();
+    asm volatile("bar.sync 1, 128;");
+    if (threadIdx.x == 0) *(volatile int*)&done = 1;
+    float acc = sm.row_sum[0] + sm.row_sum[1] + alpha[0] + float(moves);
+#pragma unroll
+    for (int i = 0; i < FLOATS; ++i) acc += s[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    if (threadIdx.x == 0) cycles[blockIdx.x] = (t1 - t0) / iters;
+}
+
+template <bool GEMMS>
+void run_beside(const char* name, const float* in, float* out, long long* cycles, int sms) {
+    beside<GEMMS><<<sms, 256>>>(in, out, cycles, 2000);
+    beside<GEMMS><<<sms, 256>>>(in, out, cycles, 2000);
+    std::vector<long long> c(2 * sms);
+    cudaMemcpy(c.data(), cycles, 2 * sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    std::vector<long long> step(c.begin(), c.begin() + sms), gemm(c.begin() + sms, c.end());
+    std::sort(step.begin(), step.end());
+    std::sort(gemm.begin(), gemm.end());
+    printf("%-34s step %6lld cycles (median CTA); beside it one S group (m64n192k128) every %lld cycles (ideal 384)\n",
+           name, step[sms / 2], gemm[sms / 2]);
+}
+
+int main() {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    const int sms = prop.multiProcessorCount;
+    std::vector<float> h(4096);
+    unsigned x = 12345;
+    for (float& v : h) {  // scores like a tile's: spread over about +-100 before the scale
+        x = x * 1664525u + 1013904223u;
+        v = float(int(x >> 9) % 20000) / 100.f - 100.f;
+    }
+    float *in, *out;
+    long long* cycles;
+    cudaMalloc(&in, 4096 * sizeof(float));
+    cudaMalloc(&out, sms * 256 * sizeof(float));
+    cudaMalloc(&cycles, sms * 8 * sizeof(long long));
+    cudaMemcpy(in, h.data(), 4096 * sizeof(float), cudaMemcpyHostToDevice);
+    printf("%s, one step = 96 scores per thread (two rows of BLOCK_N 192), lazy rescale\n", prop.name);
+    run<0, 1, 1>("step448 (header)", in, out, cycles, sms);
+    run<1, 1, 1>("chains: max 1, sums 1", in, out, cycles, sms);
+    run<1, 4, 1>("chains: max 4, sums 1", in, out, cycles, sms);
+    run<1, 8, 1>("chains: max 8, sums 1", in, out, cycles, sms);
+    run<1, 1, 4>("chains: max 1, sums 4", in, out, cycles, sms);
+    run<1, 4, 4>("chains: max 4, sums 4", in, out, cycles, sms);
+    run<1, 8, 4>("chains: max 8, sums 4", in, out, cycles, sms);
+    run<1, 16, 8>("chains: max 16, sums 8", in, out, cycles, sms);
+    run_beside<false>("step448, second warpgroup idle", in, out, cycles, sms);
+    run_beside<true>("step448 beside QGMMA S tiles", in, out, cycles, sms);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
