@@ -3,9 +3,11 @@
 // with one or two warps per SM sub-partition, and variants of the step with the maximum and the
 // row sums in several independent chains. bench/gpu/fp8_timeline.sh measured the step at
 // 1850-2200 cycles inside the kernel (tile maximum 640-740), about twice what its MUFU.EX2 take
-// at the unit's rate (98 x 8 cycles). Last, the header's step beside a second warpgroup that keeps
-// the tensor cores busy with S = Q K^T tiles (QGMMA m64n192k32, as the kernel's other consumer):
-// what the GEMMs running next to it cost the step.
+// at the unit's rate (98 x 8 cycles). Last, the header's step in one or two warpgroups beside a
+// warpgroup that keeps the tensor cores busy with S = Q K^T tiles (QGMMA SS m64n192k32) or P V
+// tiles (QGMMA RS m64n128k32, A from registers), as the kernel's: what the GEMMs running next to
+// it cost the step. (Session 21 ran this file before the P V neighbour and the two-warpgroup rows
+// were added, call 10 in docs/RESULTS.md; those rows have not run on a GPU yet.)
 // Build and run on the device, from the repo root:
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -I templates/common -o /tmp/sb bench/kernel/softmax_bench.cu && /tmp/sb
 #include <algorithm>
@@ -136,38 +138,60 @@ void run(const char* name, const float* in, float* out, long long* cycles, int s
     }
 }
 
-// Warpgroup 0 times the header's step (as bench<0>); warpgroup 1 issues S = Q K^T (QGMMA SS,
-// 4 k32 steps of m64n192k32 per group, zero operands) group after group until warpgroup 0 is
-// done, and reports its cycles per group. GEMMS false: warpgroup 1 idles (same launch shape).
-template <bool GEMMS>
+// Warpgroups 0 .. SOFTMAX_WG - 1 time the header's step (as bench<0>); the last warpgroup keeps
+// the tensor cores busy until they are done and reports its cycles per group: NEIGHBOR 1, S = Q
+// K^T tiles (QGMMA SS, 4 k32 steps of m64n192k32, as the kernel's S); 2, P V tiles (QGMMA RS: A
+// from registers, 6 k32 steps of m64n128k32, as the kernel's P V); 0, it idles. Zero operands.
+template <int NEIGHBOR, int SOFTMAX_WG>
 __global__ void beside(const float* in, float* out, long long* cycles, int iters) {
     __shared__ __align__(1024) unsigned char tiles[(64 + 192) * 128];
     __shared__ int done;
     for (int i = threadIdx.x; i < (64 + 192) * 128 / 4; i += blockDim.x) reinterpret_cast<unsigned*>(tiles)[i] = 0;
     if (threadIdx.x == 0) done = 0;
     __syncthreads();
-    if (threadIdx.x >= 128) {
-        if (!GEMMS) return;
-        float acc[96];
+    const int wg = threadIdx.x / 128;
+    if (wg == SOFTMAX_WG) {
+        if (NEIGHBOR == 0) return;
         const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(tiles));
         const unsigned long long qd = wgmma_desc_kmajor<128>(base), kd = wgmma_desc_kmajor<128>(base + 64 * 128);
+        float acc[96];
+        float acc_o[64];
+        unsigned a_p[6][4];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc_o[i] = 0.f;
+#pragma unroll
+        for (int k = 0; k < 6; ++k) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a_p[k][r] = 0u;
+        }
         long long groups = 0;
         const long long t0 = clock64();
         while (!*(volatile int*)&done) {
             wgmma_fence();
+            if constexpr (NEIGHBOR == 1) {
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) Qgmma<192>::ss(acc, wgmma_desc_add(qd, 32 * kk), wgmma_desc_add(kd, 32 * kk), kk > 0);
+                for (int kk = 0; kk < 4; ++kk) {
+                    Qgmma<192>::ss(acc, wgmma_desc_add(qd, 32 * kk), wgmma_desc_add(kd, 32 * kk), kk > 0);
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < 6; ++kk) Qgmma<128>::rs(acc_o, a_p[kk], wgmma_desc_add(kd, 32 * kk), 1);
+            }
             wgmma_commit();
             wgmma_wait<0>();
-            wgmma_fence_regs(acc);
+            if constexpr (NEIGHBOR == 1) {
+                wgmma_fence_regs(acc);
+            } else {
+                wgmma_fence_regs(acc_o);
+            }
             ++groups;
         }
         const long long t1 = clock64();
         float a = 0.f;
 #pragma unroll
-        for (int i = 0; i < 96; ++i) a += acc[i];
+        for (int i = 0; i < 64; ++i) a += NEIGHBOR == 1 ? acc[i] : acc_o[i];
         out[blockIdx.x * blockDim.x + threadIdx.x] = a;
-        if (threadIdx.x == 128) cycles[gridDim.x + blockIdx.x] = groups ? (t1 - t0) / groups : 0;
+        if (threadIdx.x == 128 * SOFTMAX_WG) cycles[gridDim.x + blockIdx.x] = groups ? (t1 - t0) / groups : 0;
         return;
     }
     float s[FLOATS];
@@ -188,7 +212,7 @@ __global__ void beside(const float* in, float* out, long long* cycles, int iters
         for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
     }
     const long long t1 = clock64();
-    asm volatile("bar.sync 1, 128;");
+    asm volatile("bar.sync 1, %0;" ::"n"(128 * SOFTMAX_WG));
     if (threadIdx.x == 0) *(volatile int*)&done = 1;
     float acc = sm.row_sum[0] + sm.row_sum[1] + alpha[0] + float(moves);
 #pragma unroll
@@ -197,17 +221,23 @@ __global__ void beside(const float* in, float* out, long long* cycles, int iters
     if (threadIdx.x == 0) cycles[blockIdx.x] = (t1 - t0) / iters;
 }
 
-template <bool GEMMS>
+template <int NEIGHBOR, int SOFTMAX_WG>
 void run_beside(const char* name, const float* in, float* out, long long* cycles, int sms) {
-    beside<GEMMS><<<sms, 256>>>(in, out, cycles, 2000);
-    beside<GEMMS><<<sms, 256>>>(in, out, cycles, 2000);
+    const int threads = 128 * (SOFTMAX_WG + 1);
+    beside<NEIGHBOR, SOFTMAX_WG><<<sms, threads>>>(in, out, cycles, 2000);
+    cudaMemset(cycles, 0, 2 * sms * sizeof(long long));
+    beside<NEIGHBOR, SOFTMAX_WG><<<sms, threads>>>(in, out, cycles, 2000);
     std::vector<long long> c(2 * sms);
     cudaMemcpy(c.data(), cycles, 2 * sms * sizeof(long long), cudaMemcpyDeviceToHost);
     std::vector<long long> step(c.begin(), c.begin() + sms), gemm(c.begin() + sms, c.end());
     std::sort(step.begin(), step.end());
     std::sort(gemm.begin(), gemm.end());
-    printf("%-34s step %6lld cycles (median CTA); beside it one S group (m64n192k128) every %lld cycles (ideal 384)\n",
-           name, step[sms / 2], gemm[sms / 2]);
+    if (NEIGHBOR == 0) {
+        printf("%-40s step %6lld cycles (median CTA)\n", name, step[sms / 2]);
+    } else {
+        printf("%-40s step %6lld cycles (median CTA); beside it one group every %lld cycles (ideal %d)\n", name,
+               step[sms / 2], gemm[sms / 2], NEIGHBOR == 1 ? 384 : 384);
+    }
 }
 
 int main() {
@@ -235,7 +265,11 @@ int main() {
     run<1, 4, 4>("chains: max 4, sums 4", in, out, cycles, sms);
     run<1, 8, 4>("chains: max 8, sums 4", in, out, cycles, sms);
     run<1, 16, 8>("chains: max 16, sums 8", in, out, cycles, sms);
-    run_beside<false>("step448, second warpgroup idle", in, out, cycles, sms);
-    run_beside<true>("step448 beside QGMMA S tiles", in, out, cycles, sms);
+    run_beside<0, 1>("step448, second warpgroup idle", in, out, cycles, sms);
+    run_beside<1, 1>("step448 beside QGMMA S tiles (SS)", in, out, cycles, sms);
+    run_beside<2, 1>("step448 beside QGMMA P V tiles (RS)", in, out, cycles, sms);
+    run_beside<0, 2>("2 step448 warpgroups", in, out, cycles, sms);
+    run_beside<1, 2>("2 step448 warpgroups beside S tiles", in, out, cycles, sms);
+    run_beside<2, 2>("2 step448 warpgroups beside P V tiles", in, out, cycles, sms);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
