@@ -86,9 +86,10 @@ __device__ __forceinline__ bool step_chains(Sm& sm, float (&s)[FLOATS], const Lo
     return moved;
 }
 
-// VARIANT 0: the header's step448; else step_chains<MAXC, SUMC>.
+// iters steps on this thread's 96 scores (VARIANT 0: the header's step448; else
+// step_chains<MAXC, SUMC>); writes a checksum to out, returns the clock64 cycles of the steps.
 template <int VARIANT, int MAXC, int SUMC>
-__global__ void bench(const float* in, float* out, long long* cycles, int iters) {
+__device__ __forceinline__ long long step_loop(const float* in, float* out, int iters) {
     float s[FLOATS];
 #pragma unroll
     for (int i = 0; i < FLOATS; ++i) s[i] = in[(threadIdx.x * FLOATS + i) % 4096];
@@ -111,7 +112,7 @@ __global__ void bench(const float* in, float* out, long long* cycles, int iters)
             moved = step_chains<MAXC, SUMC>(sm, s, sc, alpha);
         }
         moves += moved;
-        // p in [0, 448] becomes the next tile's scores: bring them back to the inputs' range.
+        // p in [0, 448] becomes the next tile's scores.
 #pragma unroll
         for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
     }
@@ -120,7 +121,13 @@ __global__ void bench(const float* in, float* out, long long* cycles, int iters)
 #pragma unroll
     for (int i = 0; i < FLOATS; ++i) acc += s[i];
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-    if ((threadIdx.x & 31) == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = t1 - t0;
+    return t1 - t0;
+}
+
+template <int VARIANT, int MAXC, int SUMC>
+__global__ void bench(const float* in, float* out, long long* cycles, int iters) {
+    const long long c = step_loop<VARIANT, MAXC, SUMC>(in, out, iters);
+    if ((threadIdx.x & 31) == 0) cycles[blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32] = c;
 }
 
 template <int VARIANT, int MAXC, int SUMC>
@@ -194,31 +201,10 @@ __global__ void beside(const float* in, float* out, long long* cycles, int iters
         if (threadIdx.x == 128 * SOFTMAX_WG) cycles[gridDim.x + blockIdx.x] = groups ? (t1 - t0) / groups : 0;
         return;
     }
-    float s[FLOATS];
-#pragma unroll
-    for (int i = 0; i < FLOATS; ++i) s[i] = in[(threadIdx.x * FLOATS + i) % 4096];
-    Sm sm;
-    sm.init();
-    const LogitScale sc = LogitScale::of_log2(0.02f);
-    float alpha[2];
-    int moves = 0;
-    const long long t0 = clock64();
-    for (int it = 0; it < iters; ++it) {
-#pragma unroll
-        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
-        auto at = [&](int j, int r) -> float& { return s[4 * j + r]; };
-        moves += sm.step448<false, true>(at, sc, [](int, int, int) { return true; }, alpha);
-#pragma unroll
-        for (int i = 0; i < FLOATS; ++i) asm volatile("" : "+f"(s[i]));
-    }
-    const long long t1 = clock64();
+    const long long c = step_loop<0, 1, 1>(in, out, iters);
     asm volatile("bar.sync 1, %0;" ::"n"(128 * SOFTMAX_WG));
     if (threadIdx.x == 0) *(volatile int*)&done = 1;
-    float acc = sm.row_sum[0] + sm.row_sum[1] + alpha[0] + float(moves);
-#pragma unroll
-    for (int i = 0; i < FLOATS; ++i) acc += s[i];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-    if (threadIdx.x == 0) cycles[blockIdx.x] = (t1 - t0) / iters;
+    if (threadIdx.x == 0) cycles[blockIdx.x] = c / iters;
 }
 
 template <int NEIGHBOR, int SOFTMAX_WG>
