@@ -180,37 +180,23 @@ struct OnlineSoftmax {
         return moved;
     }
 
-    // exp_speculative and settle for this softmax (LAZY_LOG2 > 0): p = 2^(x - m), the maximum in
-    // use kept while x <= m + LAZY_LOG2.
-    template <bool SUM, class At>
-    __device__ __forceinline__ bool step_speculative(At&& at, const LogitScale& sc, float (&tile_sum)[2],
-                                                     float (&p_max)[2], float (&arg_max)[2]) const {
-        static_assert(LAZY_LOG2 > 0, "the speculative step needs the lazy rescale");
-        return exp_speculative<SUM, EXP2_POLY_EVERY, 3>(at, sc, 0.f, tile_sum, p_max, arg_max);
-    }
-    template <bool SUM, class At>
-    __device__ __forceinline__ bool settle_step(At&& at, float (&tile_sum)[2], const float (&p_max)[2],
-                                                const float (&arg_max)[2], float (&alpha)[2]) {
-        return settle<SUM>(at, 0.f, float(LAZY_LOG2), float(1 << LAZY_LOG2), tile_sum, p_max, arg_max, alpha);
-    }
-
     // The speculative step (SPECULATIVE_EXP), for a tile whose rows all have a finite maximum m in
-    // use (the lazy rescale's), in two halves. exp_speculative: the tile's exponentials taken
-    // against m before the tile's own maximum is known, p = 2^(x - (m - offset)) in place of s,
-    // the largest p (and, for the polynomial's blocks, the largest argument) tracked alongside
-    // (FMNMX between the MUFU.EX2, off the chain of FMNMX that otherwise gates every exponential).
-    // Returns whether every p is usable: m finite and no argument near overflow (p = inf, or a
-    // polynomial's exponent field wrapped). The caller decides that for every thread that shares
-    // the tile's MMA (a warpgroup): if any p is not, s is lost and nothing else has changed, so the
-    // caller computes S again and takes the ordinary step. The vote reads every p and, with SUM,
-    // the sums, so that ptxas computes them before it instead of sinking them behind it.
-    template <bool SUM, int POLY_EVERY, int POLY_DEGREE, class At>
-    __device__ __forceinline__ bool exp_speculative(At&& at, const LogitScale& sc, float offset, float (&tile_sum)[2],
+    // use (the lazy rescale's: LAZY_LOG2 > 0), in two halves. exp_speculative: the tile's
+    // exponentials taken against m before the tile's own maximum is known, p = 2^(x - m) in place
+    // of s and added to tile_sum, the largest p (and, for the polynomial's blocks, the largest
+    // argument) tracked alongside (FMNMX between the MUFU.EX2, off the chain of FMNMX that
+    // otherwise gates every exponential). Returns whether every p is usable: m finite and no
+    // argument near overflow (p = inf, or a polynomial's exponent field wrapped). The caller
+    // decides that for every thread that shares the tile's MMA (a warpgroup): if any p is not, s
+    // is lost and nothing else has changed, so the caller computes S again and takes the ordinary
+    // step. The vote reads every p and the sums, so that ptxas computes them before it instead of
+    // sinking them behind it.
+    template <class At>
+    __device__ __forceinline__ bool exp_speculative(At&& at, const LogitScale& sc, float (&tile_sum)[2],
                                                     float (&p_max)[2], float (&arg_max)[2]) const {
-        float ref[2];
+        static_assert(LAZY_LOG2 > 0, "the speculative step needs the lazy rescale");
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            ref[h] = row_max[h] - offset;
             p_max[h] = 0.f;
             arg_max[h] = neg_inf();
             tile_sum[h] = 0.f;
@@ -220,43 +206,40 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int h = r >> 1;
-                const float x = fmaf(at(j, r), sc.c, -ref[h]);
+                const float x = fmaf(at(j, r), sc.c, -row_max[h]);
                 float p;
-                if (exp2_by_poly<POLY_EVERY>(j)) {
+                if (exp2_by_poly<EXP2_POLY_EVERY>(j)) {
                     arg_max[h] = fmaxf(arg_max[h], x);
-                    p = exp2_poly<POLY_DEGREE>(x);
+                    p = exp2_poly<3>(x);
                 } else {
                     p = fast_exp2(x);
                     p_max[h] = fmaxf(p_max[h], p);
                 }
                 at(j, r) = p;
-                if constexpr (SUM) tile_sum[h] += p;
+                tile_sum[h] += p;
             }
         }
         // (bitwise &: a short-circuit && becomes a branch, and the rest of the check behind it)
-        bool usable = (row_max[0] != neg_inf()) & (row_max[1] != neg_inf()) &
-                      (fmaxf(p_max[0], p_max[1]) <= 0x1p64f) & (fmaxf(arg_max[0], arg_max[1]) <= 64.f);
-        if constexpr (SUM) usable = usable & (tile_sum[0] + tile_sum[1] <= 0x1p96f);
-        return usable;
+        return (row_max[0] != neg_inf()) & (row_max[1] != neg_inf()) & (fmaxf(p_max[0], p_max[1]) <= 0x1p64f) &
+               (fmaxf(arg_max[0], arg_max[1]) <= 64.f) & (tile_sum[0] + tile_sum[1] <= 0x1p96f);
     }
 
     // settle, once every p of the warpgroup is usable: the lazy rule on the tile's maximum, whose
-    // argument (relative to m - offset) is that of the largest p (p_limit = 2^limit). A row that
-    // keeps m keeps its p exactly as the ordinary step computes them (the same reference, the same FFMA), alpha 1. A
-    // row whose maximum exceeds m + (limit - offset) moves m to it as the ordinary step does, and
-    // its p, taken against the old m, are multiplied by the same alpha as O and the sum: the
-    // ordinary step's p up to a rounding. Returns whether a row of this thread moved. Warp-uniform
-    // (every lane of a row's quad takes the row's maximum).
-    template <bool SUM, class At>
-    __device__ __forceinline__ bool settle(At&& at, float offset, float limit, float p_limit, float (&tile_sum)[2],
-                                           const float (&p_max)[2], const float (&arg_max)[2], float (&alpha)[2]) {
+    // argument (relative to m) is that of the largest p. A row that keeps m keeps its p exactly as
+    // the ordinary step computes them (the same reference, the same FFMA), alpha 1. A row whose
+    // maximum exceeds m + LAZY_LOG2 moves m to it as the ordinary step does, and its p, taken
+    // against the old m, are multiplied by the same alpha as O and the sum: the ordinary step's p
+    // up to a rounding. Returns whether a row of this thread moved. Warp-uniform (every lane of a
+    // row's quad takes the row's maximum).
+    template <class At>
+    __device__ __forceinline__ bool settle(At&& at, const float (&tile_sum)[2], const float (&p_max)[2],
+                                           const float (&arg_max)[2], float (&alpha)[2]) {
+        const float limit = float(LAZY_LOG2), p_limit = float(1 << LAZY_LOG2);
         const bool over = (p_max[0] > p_limit) | (p_max[1] > p_limit) | (arg_max[0] > limit) | (arg_max[1] > limit);
         alpha[0] = alpha[1] = 1.f;
         if (!__any_sync(0xffffffffu, over)) {
-            if constexpr (SUM) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) row_sum[h] += tile_sum[h];
-            }
+            for (int h = 0; h < 2; ++h) row_sum[h] += tile_sum[h];
             return false;
         }
         bool moved = false;
@@ -271,16 +254,14 @@ struct OnlineSoftmax {
             asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(lg) : "f"(pm));  // (-inf for pm = 0)
             const float arg = fmaxf(am, lg);
             if (arg > limit) {
-                row_max[h] += arg - offset;
-                alpha[h] = fast_exp2(offset - arg);
+                row_max[h] += arg;
+                alpha[h] = fast_exp2(-arg);
                 moved = true;
             }
         }
         scale_rows<NB>(at, alpha);
-        if constexpr (SUM) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h] * alpha[h];
-        }
+        for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + tile_sum[h] * alpha[h];
         return moved;
     }
 
