@@ -16,7 +16,7 @@ GENOMES=${TIMELINE_GENOMES:-bench/gpu/len_sweep_genomes.txt}
 NAMES=${TIMELINE_NAMES:-n192-LP}
 IFS=, read -r b h s d <<< "${TIMELINE_SHAPE:-4,16,4096,128}"
 export EVO_CACHE_DIR=$PWD/.evo-cache
-t=$(mktemp -d)
+t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
 cp -r templates "$t/templates"
 (cd "$t" && patch -s -p1 < "$OLDPWD/bench/kernel/trace/fp8_ws_timeline.patch")
 # TIMELINE_SKIP_TRANSPOSE=1: the producer skips the V transposes (wrong results; their cost).
