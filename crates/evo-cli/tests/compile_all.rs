@@ -509,3 +509,82 @@ fn a_covering_sample_of_split_kv_genomes_compiles_for_sm_90a() {
         }
     }
 }
+
+/// The Hopper families refuse setmaxnreg targets beyond the register file, which would leave
+/// the consumers' `setmaxnreg.inc` waiting forever: in a copy of each family whose
+/// CONSUMER_REGS is raised to 256, a genome with the producer in 24 registers and two consumers
+/// (24 + 2 x 256 > 512) fails to compile with the guard's message; the unedited copy compiles it.
+#[test]
+fn setmaxnreg_targets_beyond_the_register_file_do_not_compile() {
+    let cases = [
+        (
+            "sdpa_fwd",
+            "sdpa_fwd_wgmma",
+            "sdpa_fwd",
+            "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+        ),
+        (
+            "sdpa_fwd_fp8",
+            "sdpa_fwd_fp8_ws",
+            "sdpa_fwd_fp8",
+            "BLOCK_N=128,CONSUMER_WG=2,EXP2_POLY=off,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,PSUM=f32,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2",
+        ),
+    ];
+    for (dir, family, problem, genome) in cases {
+        for edited in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let templates = tmp.path().join("templates");
+            for sub in ["common", dir] {
+                std::fs::create_dir_all(templates.join(sub)).unwrap();
+                for entry in std::fs::read_dir(root().join("templates").join(sub)).unwrap() {
+                    let path = entry.unwrap().path();
+                    std::fs::copy(&path, templates.join(sub).join(path.file_name().unwrap()))
+                        .unwrap();
+                }
+            }
+            let toml = templates.join(dir).join(format!("{family}.toml"));
+            let text = std::fs::read_to_string(&toml).unwrap();
+            let formula =
+                "CONSUMER_REGS = \"min(240, (512 - PRODUCER_REGS) / CONSUMER_WG / 8 * 8)\"";
+            assert!(text.contains(formula), "{family}: CONSUMER_REGS changed");
+            if edited {
+                std::fs::write(&toml, text.replace(formula, "CONSUMER_REGS = \"256\"")).unwrap();
+            }
+            let config = tmp.path().join("config.toml");
+            std::fs::write(
+                &config,
+                format!(
+                    "problem = \"{problem}\"\nfamily = \"{family}\"\ntemplates = {templates:?}\n\n\
+                     [spec]\nDTYPE = \"f16\"\nCAUSAL = false\n\n\
+                     [[shapes]]\nBATCH = 1\nHEADS = 2\nSEQ_Q = 256\nSEQ_KV = 256\nHEAD_DIM = 64\n"
+                ),
+            )
+            .unwrap();
+            let out = Command::cargo_bin("evo")
+                .unwrap()
+                .env("EVO_CACHE_DIR", tmp.path().join("cache"))
+                .args(["--json", "compile", "--arch", "sm_90a", "-c"])
+                .arg(&config)
+                .args(["-g", genome])
+                .output()
+                .unwrap();
+            let reports: Json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!("{e}; stderr: {}", String::from_utf8_lossy(&out.stderr))
+            });
+            let r = &reports[0];
+            if edited {
+                assert_eq!(r["success"], false, "{family}: compiled with 256 registers");
+                assert!(
+                    r["log"]
+                        .as_str()
+                        .unwrap()
+                        .contains("setmaxnreg targets exceed the register file"),
+                    "{family}: {}",
+                    r["log"]
+                );
+            } else {
+                assert_eq!(r["success"], true, "{family}: {}", r["log"]);
+            }
+        }
+    }
+}
