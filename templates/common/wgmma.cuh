@@ -420,4 +420,11 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Whether a producer warpgroup at `producer` registers and `consumers` warpgroups at `consumer`
+// fit the SM's 64K registers (512 per thread of one warpgroup): setmaxnreg.inc waits until the
+// register file has them, so targets beyond it hang the CTA.
+__host__ __device__ constexpr bool setmaxnreg_fits(int producer, int consumer, int consumers) {
+    return producer + consumers * consumer <= 512;
+}
+
 }  // namespace evo
