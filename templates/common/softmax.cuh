@@ -96,6 +96,13 @@ struct LogitScale {
     }
 };
 
+// inv[h] = numer / sum[h] for a row's complete sum of weights; 0 for a row that saw no visible
+// key (sum 0).
+__device__ __forceinline__ void inverse_sums(float (&inv)[2], const float (&sum)[2], float numer) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) inv[h] = sum[h] > 0.f ? numer / sum[h] : 0.f;
+}
+
 // The online softmax state of a thread's two rows over a KV sequence walked tile by tile.
 // Per tile of NB column blocks (`step`): the scores s (visible(h, j, e) false: masked, e.g. a key
 // past seq_kv or, causal, after the row) give x = s * c (LogitScale), the running maximum m grows
@@ -298,8 +305,8 @@ struct OnlineSoftmax {
         for (int h = 0; h < 2; ++h) {
             row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
             row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-            inv[h] = row_sum[h] > 0.f ? numer / row_sum[h] : 0.f;
         }
+        inverse_sums(inv, row_sum, numer);
     }
 };
 
