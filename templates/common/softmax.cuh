@@ -298,6 +298,16 @@ struct OnlineSoftmax {
         for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + w[h];
     }
 
+    // After steps without SUM whose weights the tensor cores summed (PSUM mma: acc_l, P times
+    // columns of ones, every column of a row holding its sum: floats 0 and 2): the running sums
+    // times alpha plus the tile's sums times beta (alpha when the tile's weights predate alpha's
+    // rescale, else 1). row_sum then holds whole sums (no quad reduction: inverse_sums).
+    __device__ __forceinline__ void add_tile_sums(const float (&alpha)[2], const float (&acc_l)[4],
+                                                  const float (&beta)[2]) {
+        const float w[2] = {acc_l[0] * beta[0], acc_l[2] * beta[1]};
+        add_weights(alpha, w);
+    }
+
     // After the last tile: row_sum becomes the row's complete sum (over the quad), and
     // inv[h] = numer / sum, 0 for a row that saw no visible key.
     __device__ __forceinline__ void finish(float (&inv)[2], float numer = 1.f) {
