@@ -497,11 +497,11 @@ fn wgmma_scheduler_launches_and_renders() {
     assert!(grid > 0 && persistent > 0, "{grid} {persistent}");
 }
 
-/// Genomes recorded before SCHEDULER and EXP2_POLY existed (stored runs, seeds, manifests)
-/// name neither: `[defaults]` SCHEDULER = "grid" and EXP2_POLY = "off" complete them, so they
-/// render exactly the source of SCHEDULER=grid,EXP2_POLY=off (header included: the completed
-/// genome is the genome), in the Hopper family and its split-KV family (which inherits the
-/// defaults).
+/// Genomes recorded before SCHEDULER, EXP2_POLY and PSUM existed (stored runs, seeds,
+/// manifests) name none of them: `[defaults]` SCHEDULER = "grid", EXP2_POLY = "off" and PSUM =
+/// "f32" complete them, so they render exactly the source of SCHEDULER=grid,EXP2_POLY=off,
+/// PSUM=f32 (header included: the completed genome is the genome), in the Hopper family and
+/// its split-KV family (which inherits the defaults).
 #[test]
 fn wgmma_genomes_before_scheduler_render_as_grid() {
     let specs = sdpa_specs();
@@ -518,18 +518,20 @@ fn wgmma_genomes_before_scheduler_render_as_grid() {
             Some(&"off".into()),
             "{name}"
         );
+        assert_eq!(space.defaults().get("PSUM"), Some(&"f32".into()), "{name}");
         let mut checked = 0;
         for g in space
             .iter_valid()
             .filter(|g| {
                 g.get("SCHEDULER") == Some(&"grid".into())
                     && g.get("EXP2_POLY") == Some(&"off".into())
+                    && g.get("PSUM") == Some(&"f32".into())
             })
             .step_by(11)
         {
             let old: Genome = g
                 .iter()
-                .filter(|(k, _)| *k != "SCHEDULER" && *k != "EXP2_POLY")
+                .filter(|(k, _)| *k != "SCHEDULER" && *k != "EXP2_POLY" && *k != "PSUM")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert!(matches!(
@@ -976,13 +978,14 @@ fn split_kv_launches_scratch_and_arguments() {
         let f = Family::load(&templates(), "sdpa_fwd", name).unwrap();
         let specs = sdpa_specs();
         let space = f.space(specs.contexts()).unwrap();
+        let sample: Vec<_> = space.iter_valid().step_by(41).collect();
         for (b, h, sq, skv, causal) in [
             (2i64, 3i64, 77i64, 130i64, true),
             (1, 8, 130, 77, false),
             (1, 4, 1, 8192, false),
         ] {
-            for g in space.iter_valid().step_by(41) {
-                let vars = space.vars(&g, 0).unwrap();
+            for g in &sample {
+                let vars = space.vars(g, 0).unwrap();
                 let shape: Vars = [
                     ("BATCH", b.into()),
                     ("HEADS", h.into()),
