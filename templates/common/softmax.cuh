@@ -96,13 +96,6 @@ struct LogitScale {
     }
 };
 
-// inv[h] = numer / sum[h] for a row's complete sum of weights; 0 for a row that saw no visible
-// key (sum 0).
-__device__ __forceinline__ void inverse_sums(float (&inv)[2], const float (&sum)[2], float numer) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) inv[h] = sum[h] > 0.f ? numer / sum[h] : 0.f;
-}
-
 // The online softmax state of a thread's two rows over a KV sequence walked tile by tile.
 // Per tile of NB column blocks (`step`): the scores s (visible(h, j, e) false: masked, e.g. a key
 // past seq_kv or, causal, after the row) give x = s * c (LogitScale), the running maximum m grows
@@ -301,22 +294,27 @@ struct OnlineSoftmax {
     // After steps without SUM whose weights the tensor cores summed (PSUM mma: acc_l, P times
     // columns of ones, every column of a row holding its sum: floats 0 and 2): the running sums
     // times alpha plus the tile's sums times beta (alpha when the tile's weights predate alpha's
-    // rescale, else 1). row_sum then holds whole sums (no quad reduction: inverse_sums).
+    // rescale, else 1). row_sum then holds whole sums (finish<true>: no quad reduction).
     __device__ __forceinline__ void add_tile_sums(const float (&alpha)[2], const float (&acc_l)[4],
                                                   const float (&beta)[2]) {
         const float w[2] = {acc_l[0] * beta[0], acc_l[2] * beta[1]};
         add_weights(alpha, w);
     }
 
-    // After the last tile: row_sum becomes the row's complete sum (over the quad), and
-    // inv[h] = numer / sum, 0 for a row that saw no visible key.
+    // After the last tile: row_sum becomes the row's complete sum (over the quad; WHOLE: each
+    // thread's already is, as add_tile_sums leaves it), and inv[h] = numer / sum, 0 for a row
+    // that saw no visible key.
+    template <bool WHOLE = false>
     __device__ __forceinline__ void finish(float (&inv)[2], float numer = 1.f) {
+        if constexpr (!WHOLE) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-            row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+            for (int h = 0; h < 2; ++h) {
+                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+                row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+            }
         }
-        inverse_sums(inv, row_sum, numer);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) inv[h] = row_sum[h] > 0.f ? numer / row_sum[h] : 0.f;
     }
 };
 
