@@ -104,8 +104,16 @@ __device__ __forceinline__ unsigned long long wgmma_desc_mnmajor(unsigned smem, 
 // is. A k loop builds its descriptor once and advances it by compile-time offsets (a uniform add
 // per wgmma instead of rebuilding every field).
 __device__ __forceinline__ unsigned long long wgmma_desc_add(unsigned long long desc, unsigned bytes) {
-    const unsigned lo = static_cast<unsigned>(desc) + (bytes >> 4);
-    return (desc & 0xFFFFFFFF00000000ull) | lo;
+    // One 64-bit add: the start address (bits 0-13, a shared address / 16) stays far below 2^32,
+    // so nothing carries out of the low word and the value is the low word's add.
+    return desc + (bytes >> 4);
+}
+
+// Hides a descriptor's value from the optimizer: built once before a k loop, it then stays in a
+// (uniform) register instead of being rebuilt field by field at every wgmma (ptxas rematerializes
+// a descriptor it can see through; the value is unchanged).
+__device__ __forceinline__ void wgmma_desc_pin(unsigned long long& desc) {
+    asm volatile("" : "+l"(desc));
 }
 
 // Two floats rounded to T, packed low then high (one b32 of a wgmma A fragment).
