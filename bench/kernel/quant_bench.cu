@@ -197,6 +197,12 @@ int main(int argc, char** argv) {
         {"c16 t256 3/SM d8 hint, 3 launches", (void*)q_var<16, 256, 3, 8, true>, 16, 256, 3, 34816, 0},
         {"fused c16 t256 4/SM d8 hint hold26K", (void*)q_fused<16, 256, 4, 8, true>, 16, 256, 4, 26624, 1},
         {"fused c16 t512 2/SM d8 hint hold52K", (void*)q_fused<16, 512, 2, 8, true>, 16, 512, 2, 53248, 1},
+        // Session 25 (H200): more threads or more loads in flight per SM than the product's four.
+        {"product c16 t512 2/SM hold52K", (void*)q_product<16, 512, 2>, 16, 512, 2, 53248, 2},
+        {"product c8 t512 2/SM hold52K", (void*)q_product<8, 512, 2>, 8, 512, 2, 53248, 2},
+        {"fused c16 t256 3/SM d16 hint", (void*)q_fused<16, 256, 3, 16, true>, 16, 256, 3, 34816, 1},
+        {"fused c16 t384 2/SM d8 hint hold52K", (void*)q_fused<16, 384, 2, 8, true>, 16, 384, 2, 53248, 1},
+        {"fused c16 t128 6/SM d8 hint hold17K", (void*)q_fused<16, 128, 6, 8, true>, 16, 128, 6, 17408, 1},
     };
     for (auto& v : vs) {
         CK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * 106496));
