@@ -752,7 +752,7 @@ fn choose_best(input: &Input, picked: bool) -> Choice {
 async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> {
     let store = Store::open(o.db)
         .await
-        .with_context(|| format!("opening {}", o.db))?;
+        .context("opening the population database")?;
     if o.what.is_empty() {
         bail!("give the run to export (a run name, run:NAME|ID, or a candidate id)");
     }

@@ -120,3 +120,30 @@ pub fn fitted_table(header: &[&str]) -> Table {
     }
     t
 }
+
+/// Refuses an `--out` file that writing would destroy: a folder, or a SQLite database (a
+/// population database named as `--out` by mistake would be overwritten and lost). Any other
+/// existing file is replaced, as output files are.
+pub fn check_out_file(out: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    if out.is_dir() {
+        return Err(crate::UsageError(format!(
+            "--out {} is a folder; give a file path",
+            out.display()
+        ))
+        .into());
+    }
+    let mut head = [0u8; 16];
+    let is_sqlite = std::fs::File::open(out)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && &head == b"SQLite format 3\0";
+    if is_sqlite {
+        return Err(crate::UsageError(format!(
+            "--out {} is a SQLite database (a population database?); evo does not overwrite it: give another file",
+            out.display()
+        ))
+        .into());
+    }
+    Ok(())
+}

@@ -23,7 +23,7 @@ pub fn load(templates_flag: Option<&Path>, args: &TargetArgs) -> Result<Context>
 /// `--pairwise`) over a loaded context.
 pub trait Picking {
     fn covering_genomes(&self, pairwise: bool) -> Vec<Genome>;
-    fn pick_genomes(&self, pick: &GenomeArgs, allow_invalid: bool) -> Result<Vec<Genome>>;
+    fn pick_genomes(&self, pick: &GenomeArgs, force: Option<bool>) -> Result<Vec<Genome>>;
 }
 
 impl Picking for Context {
@@ -47,8 +47,10 @@ impl Picking for Context {
     }
 
     /// The genomes a command was asked for: `--genome` (checked against the space),
-    /// or `--random N` valid ones (clap refuses both at once).
-    fn pick_genomes(&self, pick: &GenomeArgs, allow_invalid: bool) -> Result<Vec<Genome>> {
+    /// or `--random N` valid ones (clap refuses both at once). `force`: the command's
+    /// `--force` (a genome that breaks a constraint is then only warned about), `None` for a
+    /// command without one.
+    fn pick_genomes(&self, pick: &GenomeArgs, force: Option<bool>) -> Result<Vec<Genome>> {
         match (&pick.genome, pick.random) {
             (Some(text), _) => {
                 let g = Genome::parse(text).context("--genome")?;
@@ -68,8 +70,12 @@ impl Picking for Context {
                                 .unwrap_or("")
                         ),
                     };
-                    if !allow_invalid {
-                        bail!("genome {} {why} (--force renders it anyway)", g.canonical());
+                    match force {
+                        None => bail!("genome {} {why}", g.canonical()),
+                        Some(false) => {
+                            bail!("genome {} {why} (--force renders it anyway)", g.canonical())
+                        }
+                        Some(true) => {}
                     }
                     tracing::warn!("genome {} {why}", g.canonical());
                 }

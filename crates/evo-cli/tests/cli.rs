@@ -89,7 +89,15 @@ fn render_explains_bad_genomes() {
     };
     run(&GENOME.replace("WARPS_N=2", "WARPS_N=1"))
         .code(1)
-        .stderr(contains("violates constraint `warps`"));
+        .stderr(contains("violates constraint `warps`").and(contains("--force renders it anyway")));
+    // compile has no --force: it does not suggest one.
+    evo(tmp.path())
+        .args(["compile", "-c"])
+        .arg(config())
+        .args(["-g", &GENOME.replace("WARPS_N=2", "WARPS_N=1")])
+        .assert()
+        .code(1)
+        .stderr(contains("violates constraint `warps`").and(contains("--force").not()));
     run(&GENOME.replace(",WARPS_N=2", ""))
         .code(1)
         .stderr(contains("lacks knob(s) [\"WARPS_N\"]"));
@@ -209,11 +217,16 @@ fn broken_configs_are_explained() {
         "family",
         &text.replace("family = \"gemm_mma\"", "family = \"gemm_wmma\""),
     );
+    let problem = write(
+        "problem",
+        &text.replace("problem = \"gemm\"", "problem = \"conv\""),
+    );
     let cases = [
         (&typo, vec!["unknown field `optimise`", "line"]),
         (&shape, vec!["shape #3", "K = 1001 must be a multiple of 8"]),
         (&arch, vec!["sm_61", "not supported"]),
         (&family, vec!["gemm_wmma.toml"]),
+        (&problem, vec!["unknown problem `conv`", "sdpa_fwd"]),
     ];
     for (path, needles) in cases {
         let a = evo(tmp.path())

@@ -703,3 +703,50 @@ fn report_of_a_run_without_timed_candidates_still_renders() {
         .success()
         .stdout(contains("no timed candidate"));
 }
+
+/// An `--out` naming the population database (any SQLite file) or a folder is refused before
+/// anything is written: the database is left byte for byte as it was.
+#[test]
+fn outputs_never_overwrite_a_database() {
+    let before = std::fs::read(db()).unwrap();
+    for args in [
+        vec!["report", "r1", "--out", db()],
+        vec!["export-landscape", "r1", "--out", db()],
+    ] {
+        evo()
+            .args(&args)
+            .args(["--db", db()])
+            .assert()
+            .code(2)
+            .stderr(contains("is a SQLite database").and(contains("does not overwrite it")));
+    }
+    assert!(
+        std::fs::read(db()).unwrap() == before,
+        "the database changed"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    evo()
+        .args(["report", "r1", "--db", db(), "--out"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(contains("is a folder"));
+    run_text(&["runs"]);
+}
+
+/// A new database in a folder that does not exist: said in words, and nothing is created.
+#[test]
+fn a_database_in_a_missing_folder_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("no/such/folder/p.db");
+    evo()
+        .args(["search", "-c", "configs/sdpa_replay.toml", "--evaluator"])
+        .arg("replay:tests/data/landscape_sdpa_fwd_mma_h200.json")
+        .arg("--db")
+        .arg(&db)
+        .args(["--budget", "2evals", "--no-progress"])
+        .assert()
+        .code(1)
+        .stderr(contains("its folder").and(contains("does not exist")));
+    assert!(!dir.path().join("no").exists());
+}

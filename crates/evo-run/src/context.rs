@@ -61,6 +61,15 @@ pub fn choose_target(requested: &str) -> Result<TargetChoice> {
 /// `../templates` next to the config, else `./templates`; the first holding a folder for
 /// the config's problem.
 pub fn templates_root(flag: Option<&Path>, config: &SearchConfig) -> Result<PathBuf> {
+    if evo_kernels::problem(&config.problem).is_none() {
+        let known: Vec<&str> = evo_kernels::problems().iter().map(|p| p.name()).collect();
+        refuse!(
+            "{}: unknown problem `{}`; evo knows {}",
+            config.path.display(),
+            config.problem,
+            known.join(", ")
+        );
+    }
     let mut tried = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(f) = flag {

@@ -49,7 +49,7 @@ pub async fn open_existing(db: &str) -> Result<Store> {
     }
     Store::open_to_read(db)
         .await
-        .context(|| format!("opening the population database {db}"))
+        .context(|| "opening the population database".to_string())
 }
 
 /// The named run (name or id), else the newest run of the database.

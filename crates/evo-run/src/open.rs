@@ -158,8 +158,15 @@ impl Run {
                 return Err(e);
             }
         };
-        if r.existing.is_some() {
-            // Only now that every check passed: a refused host leaves the run as it was.
+        if let Some(run) = &r.existing {
+            // Only now that every check passed: a refused host leaves the run as it was (and
+            // is not told it continues).
+            if run.status == RunStatus::Finished {
+                progress.note(&format!(
+                    "note: run `{}` had finished; continuing it",
+                    run.name
+                ));
+            }
             store.set_run_status(id, RunStatus::Running).await?;
         }
         Ok(Run {
@@ -257,14 +264,8 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
         }
     }
     let config = stored_config(&run)?;
-    if run.status == RunStatus::Finished {
-        if join {
-            refuse!("run `{}` has finished: there is nothing to join (continue it with evo search --resume {} --db ...)", run.name, run.name);
-        }
-        progress.note(&format!(
-            "note: run `{}` had finished; continuing it",
-            run.name
-        ));
+    if run.status == RunStatus::Finished && join {
+        refuse!("run `{}` has finished: there is nothing to join (continue it with evo search --resume {} --db ...)", run.name, run.name);
     }
     if request.seed.is_some_and(|s| s != run.seed)
         || request

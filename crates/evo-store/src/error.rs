@@ -45,6 +45,9 @@ pub enum StoreError {
     #[error("cannot open database {path}: {source}")]
     Open { path: PathBuf, source: Source },
 
+    #[error("cannot create database {path}: its folder {folder} does not exist (create it, or pass --db PATH)")]
+    NoFolder { path: PathBuf, folder: PathBuf },
+
     #[error(
         "cannot write {path}: {what} is read-only (SQLite keeps its -wal and -shm files beside \
          the database); the read commands (runs, elites, show, lineage, diff, stats, report) \

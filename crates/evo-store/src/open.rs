@@ -90,7 +90,7 @@ pub(crate) fn database_location(url_or_path: &str) -> Result<Location, StoreErro
 
 fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
     let unsupported = |reason| StoreError::UnsupportedUrl {
-        url: url_or_path.to_string(),
+        url: redact_url(url_or_path),
         reason,
     };
     let text = url_or_path.trim();
@@ -391,6 +391,12 @@ fn check_writable(path: &Path) -> Result<(), StoreError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        return Err(StoreError::NoFolder {
+            path: path.to_path_buf(),
+            folder: dir.to_path_buf(),
+        });
+    }
     let probe = dir.join(format!(".evo-write-probe-{}", std::process::id()));
     match std::fs::OpenOptions::new()
         .write(true)
@@ -590,6 +596,14 @@ mod tests {
                 "{bad}"
             );
         }
+        // A refused URL is shown without its password.
+        let shown = database_path("mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            shown.contains("mysql://u:***@h/db") && !shown.contains("secret"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     } else if o.cover || o.pairwise {
         loaded.covering_genomes(o.pairwise)
     } else {
-        loaded.pick_genomes(o.pick, false)?
+        loaded.pick_genomes(o.pick, None)?
     };
     let cache = (!o.no_cache).then(|| CompileCache::new(CompileCache::default_dir()));
     let compiler = Compiler::new(

@@ -83,7 +83,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
                 random: None,
                 seed: 0,
             };
-            v.extend(loaded.pick_genomes(&pick, false)?);
+            v.extend(loaded.pick_genomes(&pick, None)?);
         }
         v
     } else if let Some(n) = o.random {
@@ -92,7 +92,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             random: Some(n),
             seed: o.seed,
         };
-        loaded.pick_genomes(&pick, false)?
+        loaded.pick_genomes(&pick, None)?
     } else {
         crate::usage!("choose genomes with --genome, --random N, --cover or --pairwise");
     };

@@ -13,6 +13,7 @@ use evo_search::StrategyKind;
 use crate::output::outln;
 
 pub fn export(run: &str, out: &Path, db: &str) -> Result<ExitCode> {
+    crate::output::check_out_file(out)?;
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
         let store = evo_run::inspect::open_existing(db).await?;

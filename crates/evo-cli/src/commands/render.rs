@@ -18,7 +18,7 @@ pub fn run(
 ) -> Result<ExitCode> {
     let loaded = setup::load(templates, target)?;
     let spec = loaded.spec_index(spec)?;
-    for genome in loaded.pick_genomes(pick, force)? {
+    for genome in loaded.pick_genomes(pick, Some(force))? {
         out!("{}", loaded.family.render(&loaded.space, &genome, spec)?)?;
     }
     Ok(ExitCode::SUCCESS)

@@ -53,6 +53,7 @@ struct ResultPoint {
 }
 
 pub fn run(db: &str, run: Option<&str>, out: &Path, top: usize, json: bool) -> Result<ExitCode> {
+    crate::output::check_out_file(out)?;
     let rt = crate::setup::runtime()?;
     let (run, stats, elites, base, points, insights) = rt.block_on(async {
         let store = query::open_existing(db).await?;

@@ -112,7 +112,7 @@ pub fn run(
         request.check_before_opening()?;
         let store = Store::open(&db)
             .await
-            .with_context(|| format!("opening the population database {db}"))?;
+            .context("opening the population database")?;
         let bar = Bar(indicatif::ProgressBar::new_spinner());
         if !progress {
             bar.0
@@ -218,7 +218,7 @@ pub fn import_baseline(file: &Path, run: &str, db: &str) -> Result<ExitCode> {
     crate::setup::runtime()?.block_on(async {
         let store = Store::open(db)
             .await
-            .with_context(|| format!("opening {db}"))?;
+            .context("opening the population database")?;
         let r = evo_run::baseline::rescore(&store, run, file, db).await?;
         for (key, t) in &r.times {
             outln!("baseline {t:10.2} us  {key}")?;
