@@ -273,6 +273,23 @@ fn broken_templates_are_explained() {
         .assert()
         .code(1)
         .stderr(contains("UNDEFINED_KNOB"));
+    // A constraint evalexpr parses but cannot evaluate (an operator short of an operand)
+    // rejects every genome: it is named, not reported as an empty space.
+    std::fs::write(templates.join("gemm/gemm_mma.cu.tera"), &tera).unwrap();
+    let broken = toml.replace(
+        "warps = \"NUM_WARPS >= 4 && NUM_WARPS <= 8\"",
+        "warps = \"NUM_WARPS >= && 4\"",
+    );
+    assert_ne!(broken, toml, "gemm_mma.toml's `warps` constraint moved");
+    std::fs::write(templates.join("gemm/gemm_mma.toml"), &broken).unwrap();
+    evo(tmp.path())
+        .args(["space", "-c"])
+        .arg(config())
+        .arg("--templates")
+        .arg(&templates)
+        .assert()
+        .code(1)
+        .stderr(contains("constraint `warps` cannot be evaluated"));
 }
 
 #[test]

@@ -1097,13 +1097,32 @@ impl Family {
         let ctx = self.probe_context();
         let space = self.space(vec![ctx.clone()])?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-        let base = space.sample(&mut rng).ok_or_else(|| FamilyError::Invalid {
-            path: self.path.clone(),
-            line: None,
-            message: format!(
-                "no genome satisfies every constraint for the probe specialization {}; check [constraints]",
-                Genome::from_vars(ctx.clone()).canonical()
-            ),
+        let base = space.sample(&mut rng).ok_or_else(|| {
+            // A constraint that cannot be evaluated (an operator without an operand, which
+            // evalexpr only refuses when it runs; a division by zero) rejects every genome:
+            // name it rather than an empty space.
+            let first = Genome::from_vars(
+                self.knobs
+                    .iter()
+                    .map(|k| (k.name.clone(), k.values[0].clone()))
+                    .collect(),
+            );
+            let message = match space.rejection(&first) {
+                Some(evo_core::space::Rejection {
+                    constraint,
+                    error: Some(e),
+                    ..
+                }) => format!("constraint `{constraint}` cannot be evaluated: {e}"),
+                _ => format!(
+                    "no genome satisfies every constraint for the probe specialization {}; check [constraints]",
+                    Genome::from_vars(ctx.clone()).canonical()
+                ),
+            };
+            FamilyError::Invalid {
+                path: self.path.clone(),
+                line: None,
+                message,
+            }
         })?;
         let base_src = self.render(&space, &base, 0)?;
         let base_body = base_src.split_once('\n').map(|(_, b)| b).unwrap_or("");
