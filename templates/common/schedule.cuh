@@ -63,4 +63,11 @@ struct TileSchedule {
     }
 };
 
+// Of a block's `consumers` warpgroups of 64 rows from row m0, those with a row below seq_q (the
+// ragged last block of a head has fewer; kernels whose warpgroups meet at no common barrier let
+// the others end at once).
+__device__ __forceinline__ int warpgroups_with_rows(int consumers, int seq_q, int m0) {
+    return min(consumers, (seq_q - m0 + 63) / 64);
+}
+
 }  // namespace evo

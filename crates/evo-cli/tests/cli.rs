@@ -265,14 +265,18 @@ fn broken_templates_are_explained() {
         format!("{tera}\n// {{{{ UNDEFINED_KNOB }}}}\n"),
     )
     .unwrap();
-    evo(tmp.path())
-        .args(["space", "-c"])
-        .arg(config())
-        .arg("--templates")
-        .arg(&templates)
-        .assert()
-        .code(1)
-        .stderr(contains("UNDEFINED_KNOB"));
+    // `evo space` over the broken templates: refused, with what is wrong.
+    let space_fails_with = |needle: &str| {
+        evo(tmp.path())
+            .args(["space", "-c"])
+            .arg(config())
+            .arg("--templates")
+            .arg(&templates)
+            .assert()
+            .code(1)
+            .stderr(contains(needle));
+    };
+    space_fails_with("UNDEFINED_KNOB");
     // A constraint evalexpr parses but cannot evaluate (an operator short of an operand)
     // rejects every genome: it is named, not reported as an empty space.
     std::fs::write(templates.join("gemm/gemm_mma.cu.tera"), &tera).unwrap();
@@ -282,14 +286,7 @@ fn broken_templates_are_explained() {
     );
     assert_ne!(broken, toml, "gemm_mma.toml's `warps` constraint moved");
     std::fs::write(templates.join("gemm/gemm_mma.toml"), &broken).unwrap();
-    evo(tmp.path())
-        .args(["space", "-c"])
-        .arg(config())
-        .arg("--templates")
-        .arg(&templates)
-        .assert()
-        .code(1)
-        .stderr(contains("constraint `warps` cannot be evaluated"));
+    space_fails_with("constraint `warps` cannot be evaluated");
 }
 
 #[test]
