@@ -202,15 +202,41 @@ def merge(parts):
     return out_m, out_l, out_o
 
 
+SCHEDULE_SMS = 132  # schedule.cuh's SCHEDULE_SMS
+
+
+def causal_group_slices(blocks, slices):
+    """schedule.cuh's causal_group_slices: the fewest slices a longest-first group spans."""
+    work = SCHEDULE_SMS * 5 // 2
+    return max(1, min(slices, (work + blocks) // (blocks + 1)))
+
+
 def schedule_unit(w, cta, ctas, n_mb, heads, batch, persistent, causal):
     """Schedule::unit: unit w of CTA `cta` of `ctas` as (m_block, head, bat), None past the
     CTA's last; m_block -1: an empty unit (the missing partner of an odd causal pair)."""
     if not persistent:
-        # grid (x, y, z) = (n_mb, heads, batch): CTA number = x + n_mb (y + heads z).
+        # grid (x, y, z) = (n_mb, heads, batch): CTA number = x + n_mb (y + heads z), the order the
+        # hardware starts them in.
         if w > 0:
             return None
         x, yz = cta % n_mb, cta // n_mb
-        return ((n_mb - 1 - x) if causal else x, yz % heads, yz // heads)
+        slices = heads * batch
+        if not causal or n_mb * slices <= SCHEDULE_SMS:
+            return ((n_mb - 1 - x) if causal else x, yz % heads, yz // heads)
+        # Causal, more than one wave: longest first over groups of slices (causal_longest_first).
+        groups = max(1, slices // causal_group_slices(n_mb, slices))
+        q = slices // groups
+        wide = slices - q * groups
+        wide_ctas = wide * (q + 1) * n_mb
+        size = q + 1 if cta < wide_ctas else q
+        if cta < wide_ctas:
+            first = cta // (size * n_mb) * size
+        else:
+            first = wide * (q + 1) + (cta - wide_ctas) // (size * n_mb) * size
+        r = cta - first * n_mb
+        level = r // size
+        slice_ = first + (r - level * size)
+        return (n_mb - 1 - level, slice_ % heads, slice_ // heads)
     item_blocks = 2 if causal else 1
     n_per_head = (n_mb + item_blocks - 1) // item_blocks
     n_items = n_per_head * heads * batch
@@ -268,6 +294,8 @@ def check_schedules(rng: random.Random) -> int:
     each other when every item costs the same. Returns the number of failures."""
     bad = 0
     shapes = [(n_mb, h, b) for n_mb in (1, 2, 3, 5, 8, 32, 33) for h in (1, 3, 16) for b in (1, 2, 4)]
+    # Causal grids of several longest-first groups, equal and unequal (schedule.cuh).
+    shapes += [(22, 16, 4), (86, 16, 1), (6, 15, 7), (8, 19, 5), (22, 13, 5), (64, 13, 5), (11, 37, 3)]
     for n_mb, heads, batch in shapes:
         for persistent, causal in itertools.product((False, True), repeat=2):
             grids = [launch_ctas(n_mb, heads, batch, persistent, causal)]
