@@ -65,18 +65,16 @@ pub struct Exported {
     pub notes: Vec<String>,
 }
 
-/// The database file behind `--db`, which must exist (export never creates one).
+/// The database file behind `--db`, which must exist (export never creates one); a
+/// location evo cannot open is refused as the store refuses it (a usage error).
 fn existing_db(db: &str) -> Result<()> {
-    let path = Path::new(
-        db.strip_prefix("sqlite://")
-            .or(db.strip_prefix("sqlite:"))
-            .unwrap_or(db),
-    );
-    if !path.is_file() {
-        bail!(
-            "no population database at {} (give the one the search wrote with --db FILE)",
-            path.display()
-        );
+    if let Some(path) = evo_store::database_file(db)? {
+        if !path.is_file() {
+            bail!(
+                "no population database at {} (give the one the search wrote with --db FILE)",
+                path.display()
+            );
+        }
     }
     Ok(())
 }
@@ -832,8 +830,18 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
     let mut inputs = Vec::new();
     for (run, c) in resolved {
         let loaded = load(&run, o.templates)?;
+        // A variant freezes one candidate per specialization: without --per-shape, one timed
+        // on a shape of every specialization of the run.
+        let problem = loaded.family.problem;
+        let timed_in_every_spec = |ms: &[evo_store::Measurement]| {
+            loaded.specs.specs.iter().all(|spec| {
+                ms.iter()
+                    .any(|m| m.median_us.is_some() && spec_of(problem, &m.measured.shape) == *spec)
+            })
+        };
         // Every candidate that passed the gates, with its measurements.
         let mut timed: Vec<(Candidate, Vec<evo_store::Measurement>)> = Vec::new();
+        let mut partly_timed = 0;
         match c {
             Some(c) => {
                 let ms = store.measurements(c.id).await?;
@@ -843,22 +851,32 @@ async fn export_async(o: &ExportOptions<'_>) -> Result<(Manifest, Vec<String>)> 
                 for c in store.candidates(run.id).await? {
                     if unexportable(&c).is_none() {
                         let ms = store.measurements(c.id).await?;
-                        timed.push((c, ms));
+                        if o.per_shape || timed_in_every_spec(&ms) {
+                            timed.push((c, ms));
+                        } else {
+                            partly_timed += 1;
+                        }
                     }
                 }
             }
         }
         if timed.is_empty() {
+            let statuses = store
+                .status_counts(run.id)
+                .await?
+                .iter()
+                .map(|(s, n)| format!("{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if partly_timed > 0 {
+                bail!(
+                    "run `{}` has no candidate timed in every specialization ({statuses}): the timing of a `regressed` candidate stops once it is slower than the run's baseline; search longer, or export with --per-shape",
+                    run.name
+                );
+            }
             bail!(
-                "run `{}` has no candidate that passed every gate ({}); nothing to export",
-                run.name,
-                store
-                    .status_counts(run.id)
-                    .await?
-                    .iter()
-                    .map(|(s, n)| format!("{s} {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "run `{}` has no candidate that passed every gate ({statuses}); nothing to export",
+                run.name
             );
         }
         let compiler = Compiler::new(

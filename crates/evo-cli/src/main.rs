@@ -4,8 +4,9 @@
 //!
 //! Human output goes to stdout, errors to stderr, logs (tracing, `RUST_LOG`) to stderr.
 //! Exit codes: 0 success; 1 an error (bad input, a failed compile, ...); 2 a usage
-//! error (clap's, or a [`UsageError`] a command finds: an option missing, options that
-//! conflict, a value an option does not take); 3 a required CUDA component is missing
+//! error (clap's, a [`UsageError`] a command finds: an option missing, options that
+//! conflict, a value an option does not take whatever the config, the database and the
+//! machine; or a `--db` evo cannot open); 3 a required CUDA component is missing
 //! (NVRTC, headers, driver or GPU).
 //! A reader that closes stdout early (`evo elites | head`) ends the command quietly with
 //! 0, or with its verdict where that was decided before printing (see [`output`]).
@@ -117,6 +118,8 @@ fn main() -> ExitCode {
                 c.is::<UsageError>()
                     || c.downcast_ref::<evo_run::RunError>()
                         .is_some_and(evo_run::RunError::is_usage)
+                    || c.downcast_ref::<evo_store::StoreError>()
+                        .is_some_and(evo_store::StoreError::is_usage)
             });
             ExitCode::from(if missing {
                 EXIT_MISSING

@@ -53,7 +53,7 @@ impl Picking for Context {
     fn pick_genomes(&self, pick: &GenomeArgs, force: Option<bool>) -> Result<Vec<Genome>> {
         match (&pick.genome, pick.random) {
             (Some(text), _) => {
-                let g = Genome::parse(text).context("--genome")?;
+                let g = evo_run::parse_flag_list("--genome", text)?;
                 let g = self.space.complete(&g).context("--genome")?;
                 if let Some(r) = self.space.rejection(&g) {
                     let spec = Genome::from_vars(self.specs.specs[r.context].clone()).canonical();

@@ -104,9 +104,10 @@ fn render_explains_bad_genomes() {
     run(&GENOME.replace("STAGES=2", "STAGES=9"))
         .code(1)
         .stderr(contains("`STAGES` = `9` is not one of its values"));
-    run("BLOCK_M")
-        .code(1)
-        .stderr(contains("not of the form NAME=value"));
+    // Not a genome whatever the config: a usage error.
+    run("BLOCK_M").code(2).stderr(contains(
+        "--genome: genome entry `BLOCK_M` is not of the form NAME=value",
+    ));
     // --force renders a constraint-violating genome anyway.
     evo(tmp.path())
         .args(["render", "--force", "-c"])
@@ -609,7 +610,78 @@ fn usage_errors_found_by_commands_exit_2() {
         &["join", "night", "--budget", "3gen"],
         "the generation budget belongs to the run",
     );
+    usage(
+        &["search", "-c", "configs/gemm.toml", "--run", "../night"],
+        "--run `../night`: a run name uses letters, digits",
+    );
     assert!(!db.exists(), "a usage error creates no database");
+    // A database location evo cannot open, whatever is there, on every command taking --db.
+    for args in [
+        &["search", "-c", "configs/gemm.toml"][..],
+        &["join", "night"],
+        &["runs"],
+        &["elites"],
+        &["report", "night"],
+        &["export", "night", "--out", "artifact"],
+        &["export-landscape", "night", "--out", "l.json"],
+        &["baseline", "import", "b.json", "--run", "night"],
+    ] {
+        let a = evo(tmp.path())
+            .args(args)
+            .args(["--db", "mysql://evo:s3cret@db/evo"])
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert!(
+            err.contains("unsupported database `mysql://evo:***@db/evo`")
+                && err.contains("postgres://USER:PASSWORD@HOST:PORT/DATABASE")
+                && !err.contains("s3cret"),
+            "{args:?}: {err}"
+        );
+    }
+    // Values found bad after parsing by the commands without a database.
+    let gemm = config();
+    let gemm = gemm.to_str().unwrap();
+    let kernel = "tests/planted/gemm/j_correct.cu";
+    for (args, says) in [
+        (
+            vec!["space", "-c", gemm, "--arch", "sm_bogus"],
+            "--arch: `sm_bogus` is not a GPU architecture; write it like `sm_90a`",
+        ),
+        (
+            vec!["compile", "-c", gemm, "--random", "1", "--arch", "sm_12"],
+            "--arch: architecture `sm_12` is not supported; evo knows",
+        ),
+        (
+            vec!["render", "-c", gemm, "-g", GENOME, "--spec", "DTYPE"],
+            "--spec: genome entry `DTYPE` is not of the form NAME=value",
+        ),
+        (
+            vec!["check", kernel, "--problem", "gemm", "--shape", "M"],
+            "--shape: genome entry `M` is not of the form NAME=value",
+        ),
+        (
+            vec!["check", kernel, "--problem", "gemm", "--arch", "sm_1"],
+            "--arch: architecture `sm_1` is not supported",
+        ),
+        // Before the GPU is looked for (no GPU here would be exit 3).
+        (
+            vec![
+                "profile",
+                kernel,
+                "--problem",
+                "gemm",
+                "--tools",
+                "ncu,bogus",
+            ],
+            "--tools: unknown tool `bogus`; give some of ncu, memcheck",
+        ),
+    ] {
+        let a = evo(tmp.path()).args(&args).assert().code(2);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
     // A runtime failure: the database a read command names is not there.
     evo(tmp.path())
         .args(["runs", "--db"])

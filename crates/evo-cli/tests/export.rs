@@ -2354,6 +2354,82 @@ fn export_refuses_what_it_cannot_freeze() {
     assert!(String::from_utf8_lossy(&a.get_output().stderr).contains("manifest.json"));
 }
 
+/// A run whose only gated candidate is `regressed` and untimed in its bf16 specializations
+/// (the regression rule stopped its timing) has nothing to freeze without --per-shape: the
+/// export says why and what to do, before any sanitizer or compile, and writes nothing.
+#[test]
+fn export_refuses_a_run_with_no_candidate_timed_in_every_specialization() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("population.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(db.to_str().unwrap()).await.unwrap();
+        let run = store
+            .create_run(&NewRun {
+                name: "short".into(),
+                config_toml: std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap(),
+                problem: "sdpa_fwd".into(),
+                family: "sdpa_fwd_mma".into(),
+                seed: 1,
+                strategy: "evolution".into(),
+                evaluator: "gpu".into(),
+                device: Some("NVIDIA H200".into()),
+                driver: Some("CUDA 13.0".into()),
+                nvrtc_version: Some("13.0".into()),
+                arch: Some("sm_90a".into()),
+            })
+            .await
+            .unwrap();
+        let ids = store
+            .insert_candidates(
+                run,
+                &[NewCandidate::new(
+                    Genome::parse(A).unwrap(),
+                    0,
+                    Origin::Random,
+                )],
+            )
+            .await
+            .unwrap();
+        let times: Vec<NewMeasurement> = shapes()
+            .iter()
+            .map(|s| {
+                let f16 = s.get("DTYPE") == Some(&Value::Str("f16".into()));
+                measurement(s, f16.then_some(30.0))
+            })
+            .collect();
+        let regressed = CandidateResult {
+            status: Status::Regressed,
+            gate: None,
+            detail: Some("slower than the baseline on 5 shapes".into()),
+            resources: None,
+            fitness: None,
+            eval_ms: Some(1000.0),
+            source_key: None,
+        };
+        store
+            .record_result(ids[0], &regressed, &times)
+            .await
+            .unwrap();
+        store.close().await;
+    });
+    let out = tmp.path().join("art");
+    let err = failing(
+        evo(&db)
+            .args(["export", "--unsanitized", "short", "--out"])
+            .arg(&out),
+    );
+    assert!(
+        err.contains("run `short` has no candidate timed in every specialization (regressed 1)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("search longer, or export with --per-shape"),
+        "{err}"
+    );
+    assert!(!out.exists(), "the refused export wrote {}", out.display());
+}
+
 /// The GPU-side scripts at least parse (they need torch and a GPU to run); so does the
 /// GPU evidence script of the artifact (bench/gpu/artifact.sh).
 #[test]

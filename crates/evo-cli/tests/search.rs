@@ -1267,3 +1267,180 @@ fn search_quality_on_the_h100_gemm_landscape() {
         "{surrogate} vs {evolution}"
     );
 }
+
+/// The names in `dir`, sorted (what a command left there).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Bad input is refused before the database is opened: a config that does not load (an
+/// unknown key, a shape the family rejects, a seed with a value its knob lacks, a family
+/// that is not there), a bad run name or a landscape that is not there creates no
+/// database file, and leaves an existing database as it was (no byte changed, no `-wal`
+/// or `-shm` beside it). A resume refused for its flags leaves nothing beside the file
+/// either.
+#[test]
+fn invalid_input_creates_no_database_and_leaves_an_existing_one_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let configs = dir.path().join("configs");
+    std::fs::create_dir(&configs).unwrap();
+    let dbs = dir.path().join("dbs");
+    std::fs::create_dir(&dbs).unwrap();
+    let edited = |name: &str, from: &str, to: &str| {
+        let path = gemm_config(&configs, name, "");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{name}: no `{from}`");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        path
+    };
+    let unknown_key = gemm_config(&configs, "key.toml", "\n[search]\nbogus = 1\n");
+    let bad_seed = gemm_config(
+        &configs,
+        "seed.toml",
+        "\n[search]\nseeds = [\"BLOCK_K=33,BLOCK_M=64,BLOCK_N=64,STAGES=2,SWIZZLE=xor,WARPS_M=2,WARPS_N=2\"]\n",
+    );
+    let bad_shape = edited("shape.toml", "K = 1000", "K = 1001");
+    let no_family = edited(
+        "family.toml",
+        "family = \"gemm_mma\"",
+        "family = \"gemm_wmma\"",
+    );
+    let good = gemm_config(&configs, "good.toml", "");
+    let replay = format!("replay:{}", land.display());
+    let attempt = |db: &Path, config: &Path, extra: &[&str]| {
+        Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(root())
+            .env("EVO_CACHE_DIR", dir.path().join("cache"))
+            .args(["search", "--no-progress", "--budget", "1gen", "-c"])
+            .arg(config)
+            .arg("--db")
+            .arg(db)
+            .args(extra)
+            .assert()
+    };
+    let cases: Vec<(&Path, Vec<&str>, i32, &str)> = vec![
+        (
+            &unknown_key,
+            vec!["--evaluator", &replay],
+            1,
+            "unknown key `bogus`",
+        ),
+        (
+            &bad_seed,
+            vec!["--evaluator", &replay],
+            1,
+            "`BLOCK_K` = `33`",
+        ),
+        (&bad_shape, vec!["--evaluator", &replay], 1, "K = 1001"),
+        (
+            &no_family,
+            vec!["--evaluator", &replay],
+            1,
+            "gemm_wmma.toml",
+        ),
+        (
+            &good,
+            vec!["--evaluator", "replay:/no/such/landscape.json"],
+            1,
+            "/no/such/landscape.json",
+        ),
+        (
+            &good,
+            vec!["--evaluator", &replay, "--run", "../night"],
+            2,
+            "--run `../night`",
+        ),
+    ];
+    // No database yet: none is created.
+    let new_db = dbs.join("new.db");
+    for (config, extra, code, says) in &cases {
+        attempt(&new_db, config, extra)
+            .code(*code)
+            .stderr(predicates::str::contains(*says));
+        assert!(listing(&dbs).is_empty(), "{says}: left {:?}", listing(&dbs));
+    }
+    // A database with a run: left as it was.
+    let db = dbs.join("population.db");
+    attempt(&db, &good, &["--evaluator", &replay, "--run", "day"]).success();
+    // The database and the run's log folder.
+    let files = listing(&dbs);
+    assert_eq!(files, ["evo-logs", "population.db"]);
+    let before = std::fs::read(&db).unwrap();
+    for (config, extra, code, says) in &cases {
+        attempt(&db, config, extra)
+            .code(*code)
+            .stderr(predicates::str::contains(*says));
+        assert_eq!(listing(&dbs), files, "{says}");
+        assert!(
+            std::fs::read(&db).unwrap() == before,
+            "{says}: the database changed"
+        );
+    }
+    // A resume refused for its flags: the run is as it was, nothing is left beside it.
+    Command::cargo_bin("evo")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "search",
+            "--no-progress",
+            "--resume",
+            "day",
+            "--seed",
+            "99",
+            "--db",
+        ])
+        .arg(&db)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("a resumed run keeps them"));
+    assert_eq!(listing(&dbs), files);
+}
+
+/// `--gpus` of another form is refused (exit 2, the same words) whatever the run: a new
+/// GPU run, a new replay run, a resumed replay run and a host joining one, before the
+/// database is opened (none is created, an existing one is not touched).
+#[test]
+fn a_bad_gpu_list_is_refused_on_new_resumed_and_joined_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let land = dir.path().join("landscape.json");
+    landscape(&land);
+    let db = dir.path().join("population.db");
+    let says = "error: --gpus: `x` is not a GPU number (give e.g. 0,1 or all)";
+    let refused = |args: &[&str], db: &Path| {
+        let a = Command::cargo_bin("evo")
+            .unwrap()
+            .current_dir(root())
+            .args(args)
+            .args(["--gpus", "x", "--no-progress", "--db"])
+            .arg(db)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&a.get_output().stderr).to_string();
+        assert_eq!(err.trim_end(), says, "{args:?}");
+    };
+    let replay = format!("replay:{}", land.display());
+    refused(&["search", "-c", "configs/gemm.toml"], &db);
+    refused(
+        &["search", "-c", "configs/gemm.toml", "--evaluator", &replay],
+        &db,
+    );
+    assert!(!db.exists(), "a refused search creates no database");
+    search(&db, &land, &["--run", "day", "--budget", "1gen"]).success();
+    let before = std::fs::read(&db).unwrap();
+    refused(&["search", "--resume", "day", "--budget", "1gen"], &db);
+    refused(&["join", "day", "--budget", "1evals"], &db);
+    assert!(std::fs::read(&db).unwrap() == before, "the run was touched");
+    assert_eq!(
+        listing(dir.path()),
+        ["evo-logs", "landscape.json", "population.db"],
+        "nothing beside the database"
+    );
+}

@@ -212,27 +212,36 @@ pub enum Backend {
     },
 }
 
+/// The GPUs a `--gpus` list (`0,1`, or `all`) names, in its order without repeats (empty
+/// for `all`), from its text alone: a list of another form is a [`UsageError`], whatever
+/// this machine has and whatever evaluator the run uses.
+pub fn parse_gpus(list: &str) -> Result<Vec<u32>> {
+    let mut named: Vec<u32> = Vec::new();
+    if list.trim() == "all" {
+        return Ok(named);
+    }
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let g: u32 = part.parse().map_err(|_| {
+            UsageError(format!(
+                "--gpus: `{part}` is not a GPU number (give e.g. 0,1 or all)"
+            ))
+        })?;
+        if !named.contains(&g) {
+            named.push(g);
+        }
+    }
+    if named.is_empty() {
+        usage!("--gpus names no GPU (give e.g. 0,1 or all)");
+    }
+    Ok(named)
+}
+
 /// The GPUs named by `--gpus` (`0,1`, or `all`), checked against what the driver sees:
 /// they must exist and be the same model (their timings are compared). No GPU at all is
 /// a [`MissingComponent`].
 pub fn select_gpus(list: &str) -> Result<(Vec<u32>, DriverInfo)> {
     // The list's own form first: a usage error, whatever this machine has.
-    let mut named: Vec<u32> = Vec::new();
-    if list.trim() != "all" {
-        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let g: u32 = part.parse().map_err(|_| {
-                UsageError(format!(
-                    "--gpus: `{part}` is not a GPU number (give e.g. 0,1 or all)"
-                ))
-            })?;
-            if !named.contains(&g) {
-                named.push(g);
-            }
-        }
-        if named.is_empty() {
-            usage!("--gpus names no GPU (give e.g. 0,1 or all)");
-        }
-    }
+    let named = parse_gpus(list)?;
     let info = evo_gpu::device::probe()
         .map_err(|e| MissingComponent(format!("this command runs kernels and needs a GPU: {e}")))?;
     if info.devices.is_empty() {

@@ -12,7 +12,7 @@ use evo_kernels::{Family, Specializations};
 use evo_store::Run;
 use serde::Serialize;
 
-use crate::error::{refuse, refused, Result, ResultExt};
+use crate::error::{refuse, refused, Result, ResultExt, UsageError};
 
 /// The architecture kernels are compiled for, and how it was chosen (for the user).
 #[derive(Clone, Debug, Serialize)]
@@ -55,6 +55,21 @@ pub fn choose_target(requested: &str) -> Result<TargetChoice> {
             })
         }
     }
+}
+
+/// `--arch`'s value: `auto` or an architecture evo knows; another is a [`UsageError`],
+/// whatever the config and the machine.
+pub fn check_arch_flag(arch: &str) -> Result<()> {
+    if arch != "auto" {
+        Target::from_arch(arch).map_err(|e| UsageError(format!("--arch: {e}")))?;
+    }
+    Ok(())
+}
+
+/// A `NAME=value,...` list typed as option `flag` (`--genome`, `--shape`, `--spec`): one
+/// that is not of that form is a [`UsageError`] (what it names is checked by its user).
+pub fn parse_flag_list(flag: &str, text: &str) -> Result<Genome> {
+    Genome::parse(text).map_err(|e| UsageError(format!("{flag}: {e}")).into())
 }
 
 /// The templates folder: `flag` (`--templates`), else the config's `templates`, else
@@ -171,6 +186,9 @@ impl Context {
     /// A config file for architecture `arch` (`auto`: the GPU's own, else the default;
     /// `None`: the config's `[compile] arch`).
     pub fn from_file(path: &Path, templates: Option<&Path>, arch: Option<&str>) -> Result<Context> {
+        if let Some(flag) = arch {
+            check_arch_flag(flag)?;
+        }
         let config = SearchConfig::load(path)?;
         let target = choose_target(arch.unwrap_or(&config.compile.arch))?;
         Context::load(config, templates, target)
@@ -197,7 +215,7 @@ impl Context {
     /// first without one.
     pub fn spec_index(&self, wanted: Option<&str>) -> Result<usize> {
         let Some(wanted) = wanted else { return Ok(0) };
-        let want = Genome::parse(wanted).context(|| "--spec".into())?;
+        let want = parse_flag_list("--spec", wanted)?;
         self.specs
             .specs
             .iter()

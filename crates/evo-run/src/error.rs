@@ -59,9 +59,14 @@ impl RunError {
         )
     }
 
-    /// Whether the request's options are wrong ([`UsageError`]).
+    /// Whether the request's options are wrong ([`UsageError`], or a database location
+    /// evo cannot open whatever is there).
     pub fn is_usage(&self) -> bool {
-        matches!(self, RunError::Usage(_))
+        match self {
+            RunError::Usage(_) => true,
+            RunError::Store(e) => e.is_usage(),
+            _ => false,
+        }
     }
 }
 

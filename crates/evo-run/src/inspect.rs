@@ -6,7 +6,6 @@
 //! Every query only reads: a missing database file is an error, never created.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use evo_core::{Gate, Genome, Status};
 use evo_store::{Candidate, CandidateId, Run, Store};
@@ -15,23 +14,11 @@ use serde_json::Value as Json;
 
 use crate::error::{refuse, refused, Result, ResultExt};
 
-/// The file behind a database location, when it is a SQLite one.
-pub(crate) fn sqlite_file(db: &str) -> Option<PathBuf> {
-    let t = db.trim();
-    if let Some(rest) = t
-        .strip_prefix("sqlite://")
-        .or_else(|| t.strip_prefix("sqlite:"))
-    {
-        return Some(PathBuf::from(rest));
-    }
-    (!t.contains("://")).then(|| PathBuf::from(t))
-}
-
 /// Opens an existing population database for reading. A missing SQLite file is an
 /// error (a read command never creates a database); a current one is opened read-only
 /// ([`Store::open_to_read`]).
 pub async fn open_existing(db: &str) -> Result<Store> {
-    if let Some(path) = sqlite_file(db) {
+    if let Some(path) = evo_store::database_file(db)? {
         if !path.exists() {
             refuse!(
                 "no population database at {}: `evo search` creates one; pass --db PATH (or set EVO_DB) to read another",

@@ -25,7 +25,8 @@
 //! single-process run with the same seed and results.
 //!
 //! No command-line parsing and no terminal here: the caller turns flags into a
-//! [`RunRequest`], shows [`Progress`], and stops the work through [`Stop`].
+//! [`RunRequest`], checks it ([`RunRequest::check`]: bad input is refused before a
+//! database is opened or created), shows [`Progress`], and stops the work through [`Stop`].
 
 pub mod backend;
 pub mod baseline;
@@ -48,10 +49,13 @@ use evo_core::Genome;
 use evo_search::{Strategy, StrategyKind};
 use evo_store::{NewHost, RunId, RunSettings, Store};
 
-pub use backend::{select_gpus, Backend, GenomeResult};
+pub use backend::{parse_gpus, select_gpus, Backend, GenomeResult};
 pub use budget::{parse_duration, Budget};
-pub use context::{choose_target, templates_root, Context, TargetChoice};
+pub use context::{
+    check_arch_flag, choose_target, parse_flag_list, templates_root, Context, TargetChoice,
+};
 pub use error::{MissingComponent, Result, RunError, UsageError};
+pub use open::CheckedRequest;
 pub use progress::{Evaluated, Progress, Quiet, Stop};
 
 /// Which run to open.
@@ -158,20 +162,15 @@ fn run_log_path(db: &str, run: &str) -> PathBuf {
         .chars()
         .map(|c| if open::is_name_char(c) { c } else { '_' })
         .collect();
-    if db.contains("://") && !db.starts_with("sqlite:") {
+    match evo_store::database_file(db) {
+        Ok(Some(file)) => file
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("evo-logs")
+            .join(format!("{run}.log")),
         // A server: the log stays on this host, in the working directory.
-        return Path::new("evo-logs").join(format!("{run}.log"));
+        _ => Path::new("evo-logs").join(format!("{run}.log")),
     }
-    let db_path = Path::new(
-        db.strip_prefix("sqlite://")
-            .or(db.strip_prefix("sqlite:"))
-            .unwrap_or(db),
-    );
-    db_path
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("evo-logs")
-        .join(format!("{run}.log"))
 }
 
 /// What one invocation did.

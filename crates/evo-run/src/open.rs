@@ -1,18 +1,19 @@
 //! [`Run::open`]: a new run, a resumed one or one to join — loaded, checked against what
 //! this host has, created or updated in the database, and this host registered on it.
-//! A refused host changes nothing.
+//! A refused host changes nothing, and a new run is loaded and checked
+//! ([`RunRequest::check`]) before its database is opened, so bad input creates no file.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evo_core::config::SearchConfig;
+use evo_core::config::{SearchConfig, SearchParams};
 use evo_core::{Genome, Target};
 use evo_eval::landscape::Landscape;
 use evo_search::StrategyKind;
 use evo_store::{DbKind, NewHost, NewRun, RunId, RunSettings, RunStatus, Store};
 
-use crate::backend::{gpu_target, select_gpus, Backend, GpuBackend};
+use crate::backend::{gpu_target, parse_gpus, select_gpus, Backend, GpuBackend};
 use crate::context::{stored_config, templates_root, Context, TargetChoice};
 use crate::error::{refuse, refused, Result, ResultExt, UsageError};
 use crate::usage;
@@ -25,12 +26,34 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// How long `evo join` waits for its run to be created and given a baseline.
 pub(crate) const JOIN_WAIT: Duration = Duration::from_secs(600);
 
-/// The run a request names, as stored (resume and join), or the config of a new one.
-struct Resolved {
-    id: RunId,
-    name: String,
-    config: SearchConfig,
-    existing: Option<evo_store::Run>,
+/// A request checked as far as it can be without its database ([`RunRequest::check`]):
+/// what [`Run::open`] opens.
+pub struct CheckedRequest {
+    request: RunRequest,
+    opening: Opening,
+}
+
+/// The run a checked request opens.
+enum Opening {
+    /// A new run: its name and everything it works with, loaded.
+    New { name: String, loaded: Box<Loaded> },
+    /// A stored run, resumed (with the config file given to compare, if any) or joined.
+    Stored {
+        name: String,
+        config: Option<PathBuf>,
+        join: bool,
+    },
+}
+
+/// What a run works with, loaded from its config (a new run's file, a stored run's text)
+/// for this host.
+struct Loaded {
+    context: Arc<Context>,
+    ev: Evaluating,
+    kind: StrategyKind,
+    params: SearchParams,
+    seeds: Vec<Genome>,
+    backend: Arc<Backend>,
 }
 
 /// What this host evaluates with: the GPUs (their model decides the target) or a
@@ -45,39 +68,59 @@ struct Evaluating {
 }
 
 impl RunRequest {
-    /// What can refuse a run before its database is opened (and, for a new file,
-    /// created): the request's options; for a new run the config, and a GPU for the GPU
-    /// evaluator; for a resume or a join, that a SQLite file is there. [`Run::open`]
-    /// checks the options again, with the rest.
-    pub fn check_before_opening(&self) -> Result<()> {
+    /// Everything that can refuse the run before its database is opened (and, for a new
+    /// file, created): the request's options (whatever the target); for a new run its
+    /// config, templates, family, space and seeds, and its evaluator (the GPUs, NVRTC and
+    /// the workers, or the landscape), all loaded here once for [`Run::open`]; for a resume
+    /// or a join, that a SQLite file is there.
+    pub fn check(self) -> Result<CheckedRequest> {
         self.check_options()?;
-        match &self.target {
-            RunTarget::New { config, .. } => {
-                SearchConfig::load(config)?;
-                if self.evaluator.as_deref().is_none_or(|e| e == "gpu") {
-                    select_gpus(&self.gpus)?;
-                }
+        let opening = match &self.target {
+            RunTarget::New { config, name } => {
+                let config = SearchConfig::load(config)?;
+                let name = name.clone().unwrap_or_else(|| default_name(&config));
+                let loaded = Box::new(load(&self, config, None)?);
+                Opening::New { name, loaded }
             }
-            // The run must be there already: opening a missing file would create an empty
-            // database only to find no run in it.
-            RunTarget::Resume { name, .. } | RunTarget::Join { name } => {
-                if let Some(file) = crate::inspect::sqlite_file(&self.db) {
-                    if !file.exists() {
-                        refuse!(
-                            "no population database at {}, so no run `{name}`: start the run with `evo search -c CONFIG --run {name} --db {}`, or check --db (or EVO_DB)",
-                            file.display(),
-                            self.db
-                        );
-                    }
-                }
+            RunTarget::Resume { name, config } => self.stored(name, config.clone(), false)?,
+            RunTarget::Join { name } => self.stored(name, None, true)?,
+        };
+        Ok(CheckedRequest {
+            request: self,
+            opening,
+        })
+    }
+
+    /// A stored run to resume or join. The run must be there already: opening a missing
+    /// SQLite file would create an empty database only to find no run in it.
+    fn stored(&self, name: &str, config: Option<PathBuf>, join: bool) -> Result<Opening> {
+        if let Some(file) = evo_store::database_file(&self.db)? {
+            if !file.exists() {
+                refuse!(
+                    "no population database at {}, so no run `{name}`: start the run with `evo search -c CONFIG --run {name} --db {}`, or check --db (or EVO_DB)",
+                    file.display(),
+                    self.db
+                );
             }
         }
-        Ok(())
+        Ok(Opening::Stored {
+            name: name.to_string(),
+            config,
+            join,
+        })
     }
 
     /// The request's own options, whatever the run and the machine: a wrong one is a
     /// [`UsageError`] (the command line must change).
     fn check_options(&self) -> Result<()> {
+        // A location evo cannot open whatever is there (another scheme, ...).
+        evo_store::database_file(&self.db)?;
+        if let RunTarget::New {
+            name: Some(name), ..
+        } = &self.target
+        {
+            check_run_name(name)?;
+        }
         if let Some(e) = &self.evaluator {
             if e != "gpu" && !e.starts_with("replay:") {
                 usage!("--evaluator must be `gpu` or `replay:FILE`, not `{e}`");
@@ -87,6 +130,9 @@ impl RunRequest {
             s.parse::<StrategyKind>()
                 .map_err(|e| UsageError(format!("--strategy: {e}")))?;
         }
+        // Its form, whatever the evaluator: a replay (or a resumed replay run) uses no GPU,
+        // but a list it cannot read is still a mistake to say.
+        parse_gpus(&self.gpus)?;
         if matches!(self.target, RunTarget::Join { .. }) && self.max_generations.is_some() {
             usage!("the generation budget belongs to the run: set it with evo search --resume RUN --budget Ngen; a joining host takes time or evaluation budgets");
         }
@@ -94,57 +140,109 @@ impl RunRequest {
     }
 }
 
+/// A new run's name when none is given: `<family>-<unix time>-<pid>`.
+fn default_name(config: &SearchConfig) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // The process id too: searches started in the same second get their own.
+    // With several families the GPU picks one later: name the run by problem.
+    let what = match config.families.len() {
+        1 => &config.family,
+        _ => &config.problem,
+    };
+    format!("{what}-{secs}-{}", std::process::id())
+}
+
+/// Loads what a run works with from `config`: templates, family, target, space, strategy,
+/// seeds and the evaluator. `existing`: the stored run being resumed or joined (it keeps
+/// its seed, strategy and evaluator).
+fn load(
+    request: &RunRequest,
+    mut config: SearchConfig,
+    existing: Option<&evo_store::Run>,
+) -> Result<Loaded> {
+    let root = templates_root(request.templates.as_deref(), &config)?;
+    let ev = evaluating(request, existing, &config)?;
+    let family = crate::context::load_family(&root, &mut config, &ev.target)?;
+    let context = Arc::new(Context::bind(
+        config,
+        family,
+        TargetChoice {
+            target: ev.target.clone(),
+            reason: ev.target_reason.clone(),
+        },
+    )?);
+    // A resumed run keeps its own seed and strategy (flags cannot change them).
+    let (seed, strategy_name) = match existing {
+        Some(run) => (Some(run.seed), run.strategy.clone()),
+        None => (
+            request.seed,
+            request
+                .strategy
+                .clone()
+                .unwrap_or_else(|| context.config.search.strategy.clone()),
+        ),
+    };
+    let kind: StrategyKind = strategy_name.parse().map_err(crate::RunError::Refused)?;
+    let params = SearchParams {
+        seed: seed.unwrap_or(context.config.search.params.seed),
+        ..context.config.search.params.clone()
+    };
+    let seeds = seed_genomes(&context)?;
+    let backend = Arc::new(backend(
+        &ev,
+        context.clone(),
+        params.seed,
+        existing.is_some(),
+    )?);
+    Ok(Loaded {
+        context,
+        ev,
+        kind,
+        params,
+        seeds,
+        backend,
+    })
+}
+
 impl Run {
     /// Opens the run of `request` on `store` and registers this host on it.
-    pub async fn open(store: Store, request: RunRequest, progress: &dyn Progress) -> Result<Run> {
-        request.check_options()?;
-        let mut r = resolve(&store, &request, progress).await?;
-        let root = templates_root(request.templates.as_deref(), &r.config)?;
-        let ev = evaluating(&request, r.existing.as_ref(), &r.config)?;
-        let family = crate::context::load_family(&root, &mut r.config, &ev.target)?;
-        let context = Arc::new(Context::bind(
-            r.config,
-            family,
-            TargetChoice {
-                target: ev.target.clone(),
-                reason: ev.target_reason.clone(),
-            },
-        )?);
-        // A resumed run keeps its own seed and strategy (flags cannot change them).
-        let (seed, strategy_name) = match &r.existing {
-            Some(run) => (Some(run.seed), run.strategy.clone()),
-            None => (
-                request.seed,
-                request
-                    .strategy
-                    .clone()
-                    .unwrap_or_else(|| context.config.search.strategy.clone()),
-            ),
+    pub async fn open(
+        store: Store,
+        request: CheckedRequest,
+        progress: &dyn Progress,
+    ) -> Result<Run> {
+        let CheckedRequest { request, opening } = request;
+        let (id, name, existing, loaded) = match opening {
+            Opening::New { name, loaded } => (None, name, None, *loaded),
+            Opening::Stored { name, config, join } => {
+                let (run, config) =
+                    resolve(&store, &request, &name, config.as_deref(), join, progress).await?;
+                let loaded = load(&request, config, Some(&run))?;
+                (Some(run.id), run.name.clone(), Some(run), loaded)
+            }
         };
-        let kind: StrategyKind = strategy_name.parse().map_err(crate::RunError::Refused)?;
-        let params = evo_core::config::SearchParams {
-            seed: seed.unwrap_or(context.config.search.params.seed),
-            ..context.config.search.params.clone()
-        };
-        let seeds = seed_genomes(&context)?;
-        let backend = Arc::new(backend(&ev, context.clone(), params.seed)?);
-        check_landscape(r.existing.as_ref(), &backend, progress)?;
-        let created_here = r.existing.is_none();
-        let id = match &r.existing {
-            Some(_) => r.id,
-            None => create(&store, &r.name, &context, kind, params.seed, &backend, &ev).await?,
+        let Loaded {
+            context,
+            ev,
+            kind,
+            params,
+            seeds,
+            backend,
+        } = loaded;
+        check_landscape(existing.as_ref(), &backend, progress)?;
+        let created_here = existing.is_none();
+        let id = match id {
+            Some(id) => id,
+            None => create(&store, &name, &context, kind, params.seed, &backend, &ev).await?,
         };
         let checked = async {
-            let settings = settle_settings(
-                &store,
-                id,
-                &request,
-                r.existing.as_ref(),
-                &context,
-                &backend,
-            )
-            .await?;
-            check_device(r.existing.as_ref(), &ev, &settings, progress)?;
+            let settings =
+                settle_settings(&store, id, &request, existing.as_ref(), &context, &backend)
+                    .await?;
+            check_device(existing.as_ref(), &ev, &settings, progress)?;
             let host = register(&store, id, &ev, &backend, progress).await?;
             Ok::<_, crate::RunError>((settings, host))
         }
@@ -153,12 +251,12 @@ impl Run {
             Ok(x) => x,
             Err(e) => {
                 if created_here {
-                    discard_new_run(&store, id, &r.name, None).await;
+                    discard_new_run(&store, id, &name, None).await;
                 }
                 return Err(e);
             }
         };
-        if let Some(run) = &r.existing {
+        if let Some(run) = &existing {
             // Only now that every check passed: a refused host leaves the run as it was (and
             // is not told it continues).
             if run.status == RunStatus::Finished {
@@ -173,7 +271,7 @@ impl Run {
             store,
             db: request.db.clone(),
             id,
-            name: r.name,
+            name,
             context,
             joined: matches!(request.target, RunTarget::Join { .. }),
             kind,
@@ -212,34 +310,16 @@ pub(crate) async fn discard_new_run(store: &Store, id: RunId, name: &str, own_ho
     }
 }
 
-async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -> Result<Resolved> {
-    let (name, given, join) = match &request.target {
-        RunTarget::New { config, name } => {
-            let config = SearchConfig::load(config)?;
-            let name = name.clone().unwrap_or_else(|| {
-                let secs = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                // The process id too: searches started in the same second get their own.
-                // With several families the GPU picks one later: name the run by problem.
-                let what = match config.families.len() {
-                    1 => &config.family,
-                    _ => &config.problem,
-                };
-                format!("{what}-{secs}-{}", std::process::id())
-            });
-            check_run_name(&name)?;
-            return Ok(Resolved {
-                id: RunId(0),
-                name,
-                config,
-                existing: None,
-            });
-        }
-        RunTarget::Resume { name, config } => (name, config.as_deref(), false),
-        RunTarget::Join { name } => (name, None, true),
-    };
+/// The stored run `name` that a resume (`given`: the config file it was given, to compare)
+/// or a join (`join`) names, and the config it started with.
+async fn resolve(
+    store: &Store,
+    request: &RunRequest,
+    name: &str,
+    given: Option<&Path>,
+    join: bool,
+    progress: &dyn Progress,
+) -> Result<(evo_store::Run, SearchConfig)> {
     let mut run = store.run(name).await?;
     if run.is_none() && join && store.kind() == DbKind::Postgres {
         // Hosts started together: the first may not have created the run yet. A SQLite
@@ -275,12 +355,7 @@ async fn resolve(store: &Store, request: &RunRequest, progress: &dyn Progress) -
     {
         refuse!("run `{}` uses seed {} and strategy {}; a resumed run keeps them (drop --seed/--strategy)", run.name, run.seed, run.strategy);
     }
-    Ok(Resolved {
-        id: run.id,
-        name: run.name.clone(),
-        config,
-        existing: Some(run),
-    })
+    Ok((run, config))
 }
 
 /// The refusal of a run `name` that the database lacks: the runs it holds, and what to do.
@@ -416,11 +491,16 @@ fn seed_genomes(context: &Context) -> Result<Vec<Genome>> {
         .collect()
 }
 
-fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64) -> Result<Backend> {
+/// `stored`: the run exists (resumed or joined), its landscape named by the database.
+fn backend(ev: &Evaluating, context: Arc<Context>, salt: u64, stored: bool) -> Result<Backend> {
     match &ev.replay {
         Some(file) => {
             let (mut landscape, sha256) = Landscape::load_with_digest(file).context(|| {
-                "the run's landscape (a run started on another machine: pass --evaluator replay:FILE with this machine's copy)".into()
+                if stored {
+                    "the run's landscape (a run started on another machine: pass --evaluator replay:FILE with this machine's copy)".into()
+                } else {
+                    "--evaluator replay:FILE".into()
+                }
             })?;
             // Points recorded before a knob existed: keyed by their completed genomes.
             landscape.points = std::mem::take(&mut landscape.points)
@@ -652,8 +732,8 @@ pub(crate) fn check_run_name(name: &str) -> Result<()> {
         || !name.chars().all(is_name_char)
         || name.parse::<i64>().is_ok()
     {
-        crate::error::refuse!(
-            "run name `{name}`: use letters, digits, `-`, `_` and `.` (not first), at most 100 characters, not a number (numbers name candidates)"
+        usage!(
+            "--run `{name}`: a run name uses letters, digits, `-`, `_` and `.` (not first), at most 100 characters, and is not a number (numbers name candidates)"
         );
     }
     Ok(())

@@ -42,6 +42,22 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    #[error(
+        "cannot connect to the PostgreSQL server at {server} ({url}): the connection was \
+         refused; start the server, or check the host and port in --db (or EVO_DB)"
+    )]
+    Refused { server: String, url: String },
+
+    #[error(
+        "cannot connect to the PostgreSQL server at {server} ({url}): no answer in {waited_s} s; \
+         check that the host is reachable from here and the port in --db (or EVO_DB)"
+    )]
+    ConnectTimeout {
+        server: String,
+        url: String,
+        waited_s: u64,
+    },
+
     #[error("cannot open database {path}: {source}")]
     Open { path: PathBuf, source: Source },
 
@@ -96,6 +112,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the database location itself is wrong whatever is there (`--db` must
+    /// change: a usage error).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, StoreError::UnsupportedUrl { .. })
+    }
+
     pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> Self {
         StoreError::Invalid {
             what,

@@ -77,7 +77,9 @@ pub use model::{
     NewCandidate, NewMeasurement, NewProfile, NewRun, Origin, Profile, ProfileId, Run, RunId,
     RunStatus, RunSummary, PENDING,
 };
-pub use open::{known_schema_versions, redact_url, schema_version, DbKind, BUSY_TIMEOUT};
+pub use open::{
+    database_file, known_schema_versions, redact_url, schema_version, DbKind, BUSY_TIMEOUT,
+};
 pub use state::{to_stored_json, EliteEntry, GpuBusy, HostStats, RunSettings, SearchState};
 pub use store::Store;
 

@@ -65,6 +65,10 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections in the pool (SQLite in WAL mode: many readers, one writer at a time).
 const MAX_CONNECTIONS: u32 = 4;
 
+/// How long a connection to a PostgreSQL server may take (the first, and each one the pool
+/// waits for later).
+const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `evo <version>`, as recorded in `meta.created_by` and `runs.evo_version`.
 pub(crate) const EVO_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -86,6 +90,17 @@ pub(crate) fn database_location(url_or_path: &str) -> Result<Location, StoreErro
         return Ok(Location::Postgres(text.to_string()));
     }
     database_path(text).map(Location::Sqlite)
+}
+
+/// The SQLite file a database location names (`population.db`, `sqlite://x.db`, ...), or
+/// `None` for a PostgreSQL server; a location evo cannot open (another scheme, an
+/// in-memory database, ...) is [`StoreError::UnsupportedUrl`]. Nothing is touched: callers
+/// check `--db` with it before anything else.
+pub fn database_file(url_or_path: &str) -> Result<Option<PathBuf>, StoreError> {
+    Ok(match database_location(url_or_path)? {
+        Location::Sqlite(path) => Some(path),
+        Location::Postgres(_) => None,
+    })
 }
 
 fn database_path(url_or_path: &str) -> Result<PathBuf, StoreError> {
@@ -488,6 +503,18 @@ async fn check_existing_postgres(pool: &sqlx::AnyPool, shown: &Path) -> Result<(
     }
 }
 
+/// The server a PostgreSQL URL names, as `host:port` (or its Unix socket), for messages:
+/// never the user or the password.
+fn pg_server(url: &str) -> String {
+    match url.parse::<sqlx::postgres::PgConnectOptions>() {
+        Ok(o) => match o.get_socket() {
+            Some(socket) => socket.display().to_string(),
+            None => format!("{}:{}", o.get_host(), o.get_port()),
+        },
+        Err(_) => redact_url(url),
+    }
+}
+
 async fn open_postgres(url: String) -> Result<Store, StoreError> {
     let location = redact_url(&url);
     let shown = PathBuf::from(&location);
@@ -496,9 +523,31 @@ async fn open_postgres(url: String) -> Result<Store, StoreError> {
         source: Box::new(e),
     };
     let options: AnyConnectOptions = url.parse().map_err(open_err)?;
+    // One connection first, outside the pool: the pool takes a refused connection for a
+    // server still starting and tries again until its acquire timeout, so a wrong host or
+    // port (or a server that is down) took 30 s to be said.
+    match tokio::time::timeout(PG_CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(sqlx::Error::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(StoreError::Refused {
+                server: pg_server(&url),
+                url: location,
+            });
+        }
+        Ok(Err(e)) => return Err(open_err(e)),
+        Err(_) => {
+            return Err(StoreError::ConnectTimeout {
+                server: pg_server(&url),
+                url: location,
+                waited_s: PG_CONNECT_TIMEOUT.as_secs(),
+            })
+        }
+    }
     let pool = AnyPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire_timeout(PG_CONNECT_TIMEOUT)
         .connect_with(options)
         .await
         .map_err(open_err)?;

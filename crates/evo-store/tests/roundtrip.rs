@@ -702,3 +702,32 @@ async fn url_forms_create_the_file() {
     assert!(matches!(err, StoreError::UnsupportedUrl { .. }), "{err}");
     assert!(err.to_string().contains("postgres://"), "{err}");
 }
+
+/// A PostgreSQL server that refuses the connection (nothing listens at the port) is said at
+/// once, naming the host and port and not the password; the pool alone retried a refused
+/// connection for its 30 s acquire timeout.
+#[tokio::test]
+async fn a_refused_postgres_connection_fails_at_once() {
+    // A port nothing listens on: bound, then freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://evo:s3cret@127.0.0.1:{port}/evo");
+    let started = std::time::Instant::now();
+    let err = Store::open(&url).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(err, StoreError::Refused { .. }), "{err}");
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "{waited:?}: {err}"
+    );
+    let said = err.to_string();
+    assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
+    assert!(said.contains("refused"), "{said}");
+    assert!(!said.contains("s3cret"), "{said}");
+    // The read commands' open says the same.
+    let err = Store::open_to_read(&url).await.unwrap_err();
+    assert!(matches!(err, StoreError::Refused { .. }), "{err}");
+}

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::{
     CorrectnessConfig, SearchConfig, StaticConfig, TimeoutConfig, TimingConfig,
 };
-use evo_core::{Genome, Target, Vars};
+use evo_core::{Target, Vars};
 use evo_eval::pipeline::{self, Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
 use evo_eval::Status;
 use evo_gpu::Compiler;
@@ -35,6 +35,9 @@ struct FileVerdict {
 }
 
 pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
+    if let Some(arch) = &args.arch {
+        evo_run::check_arch_flag(arch)?;
+    }
     let problem = evo_kernels::problem(&args.problem).ok_or_else(|| {
         let known: Vec<&str> = evo_kernels::problems().iter().map(|p| p.name()).collect();
         UsageError(format!(
@@ -56,7 +59,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
             }
             let mut shapes = c.shapes.clone();
             for s in &args.shape {
-                shapes.push(Genome::parse(s).context("--shape")?.as_vars().clone());
+                shapes.push(evo_run::parse_flag_list("--shape", s)?.as_vars().clone());
             }
             (
                 shapes,
@@ -71,11 +74,7 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
             let shapes: Vec<Vars> = args
                 .shape
                 .iter()
-                .map(|s| {
-                    Genome::parse(s)
-                        .map(|g| g.as_vars().clone())
-                        .context("--shape")
-                })
+                .map(|s| Ok(evo_run::parse_flag_list("--shape", s)?.as_vars().clone()))
                 .collect::<Result<_>>()?;
             (
                 shapes,
@@ -133,7 +132,8 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
         None => Target::from_arch(
             args.arch
                 .as_deref()
-                .or(Some(compile.arch.as_str()).filter(|a| *a != "auto"))
+                .or(Some(compile.arch.as_str()))
+                .filter(|a| *a != "auto")
                 .unwrap_or(evo_core::target::DEFAULT_ARCH),
         )?,
     };

@@ -39,13 +39,33 @@ struct Report {
 }
 
 fn complete(problem: &dyn evo_kernels::Problem, text: &str) -> Result<Vars> {
-    let g = Genome::parse(text).context("--shape")?;
+    let g = evo_run::parse_flag_list("--shape", text)?;
     problem
         .complete_shape(g.as_vars())
         .map_err(|e| anyhow!("--shape: {e}"))
 }
 
+/// What `--tools` may name.
+const TOOLS: [&str; 5] = ["ncu", "memcheck", "racecheck", "initcheck", "synccheck"];
+
 pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
+    // `--tools` before anything runs (or a GPU is looked for): a usage error, whatever
+    // this machine has.
+    let asked: Vec<&str> = o
+        .tools
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    if let Some(other) = asked.iter().find(|t| !TOOLS.contains(t)) {
+        crate::usage!(
+            "--tools: unknown tool `{other}`; give some of {}",
+            TOOLS.join(", ")
+        );
+    }
+    if asked.is_empty() {
+        crate::usage!("--tools names no tool; give some of {}", TOOLS.join(", "));
+    }
     setup::gpus(&o.gpu.to_string())?;
     // What to launch: a source file, a problem, a shape and a launch rule.
     let (problem, source_path, shape, launch): (
@@ -99,7 +119,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             let specs = Specializations::new(problem, target, std::slice::from_ref(&shape))
                 .map_err(|e| anyhow!(e))?;
             let space = family.space(specs.contexts())?;
-            let g = Genome::parse(genome).context("--genome")?;
+            let g = evo_run::parse_flag_list("--genome", genome)?;
             let g = space.complete(&g)?;
             let source = family.render(&space, &g, 0)?;
             let vars = space.vars(&g, 0)?;
@@ -169,15 +189,11 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     };
     let kernel = problem.entry();
     let mut tools = Vec::new();
-    for tool in o.tools.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+    for tool in asked {
+        // The compute-sanitizer tools; `asked` holds only names of TOOLS.
         let report = match tool {
             "ncu" => profile::ncu(&command, kernel),
-            "memcheck" | "racecheck" | "initcheck" | "synccheck" => {
-                profile::sanitizer(tool, &command)
-            }
-            other => crate::usage!(
-                "--tools: unknown tool `{other}` (ncu, memcheck, racecheck, initcheck, synccheck)"
-            ),
+            _ => profile::sanitizer(tool, &command),
         };
         tools.push((tool.to_string(), report));
     }

@@ -108,8 +108,9 @@ pub fn run(
     let rt = crate::setup::runtime()?;
     rt.block_on(async {
         let db = request.db.clone();
-        // A bad config or a missing GPU refuses the run before a new database file exists.
-        request.check_before_opening()?;
+        // Bad input (options, the config, its family and seeds, a missing GPU) refuses a new
+        // run before a database file exists.
+        let request = request.check()?;
         let store = Store::open(&db)
             .await
             .context("opening the population database")?;
@@ -118,7 +119,15 @@ pub fn run(
             bar.0
                 .set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let run = Run::open(store, request, &bar).await?;
+        let run = match Run::open(store.clone(), request, &bar).await {
+            Ok(run) => run,
+            Err(e) => {
+                // Refused (a resume's flags, a host the run does not take): nothing is left
+                // beside the file, its log folded in.
+                store.close().await;
+                return Err(e.into());
+            }
+        };
         crate::set_run_log(&run.log_path());
         let stop = Stop::default();
         on_ctrl_c(stop.clone(), resume_command(run.name(), &db));
