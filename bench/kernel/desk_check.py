@@ -202,7 +202,7 @@ def merge(parts):
     return out_m, out_l, out_o
 
 
-SCHEDULE_SMS = 132  # schedule.cuh's SCHEDULE_SMS
+SCHEDULE_SMS = 132  # the families' PERSISTENT_CTAS, schedule.cuh's SMS
 
 
 def causal_group_slices(blocks, slices):

@@ -4,17 +4,18 @@
 //
 // A CTA's work is a list of units w = 0, 1, ..., each a query block of BLOCK_M rows of one
 // (batch, head). SCHEDULER grid (PERSISTENT 0): one unit, the CTA's (blockIdx x, y, z = query
-// block, head, batch (x KV_SPLITS)). Causal, the blocks' costs differ (block m sees m + 1 blocks of
-// keys): a grid of more than one wave numbers its CTAs in the order the hardware starts them (x,
-// then y, then z) with the heaviest first: over a group of slices (batch, head, split) at a time,
-// every slice's last query block, then every slice's one before it, and so on (longest first, so
-// the blocks started last are light; a group spans enough slices that its work outlasts its
-// heaviest block on every SM, and few enough that their K/V stay in L2); a grid of one wave runs
-// each slice's blocks heaviest first. Persistent: item i of n_items to CTA
-// i % gridDim.x, in turn. Non-causal an item is one query block, the block fastest (CTAs running together share a head's K/V in L2); causal
-// (ITEM_BLOCKS 2) it is the pair (n_mb - 1 - p, p) of head (bat, head), the heavy block first,
-// one unit each, so CTAs taking items in turn get equal work (the middle block of an odd n_mb has
-// no partner: that unit is empty, m_block < 0).
+// block, head, batch (x KV_SPLITS)). Causal, the blocks' costs differ (block m sees m + 1 blocks
+// of keys): a grid of more than one wave (SMS CTAs, the family's PERSISTENT_CTAS) numbers its CTAs
+// in the order the hardware starts them (x, then y, then z) with the heaviest first: over a group
+// of slices (batch, head, split) at a time, every slice's last query block, then every slice's one
+// before it, and so on (longest first, so the blocks started last are light; a group spans enough
+// slices that its work outlasts its heaviest block on every SM, and few enough that their K/V stay
+// in L2); a grid of one wave runs each slice's blocks heaviest first. Persistent: item i of
+// n_items to CTA i % gridDim.x, in turn. Non-causal an item is one query block, the block fastest
+// (CTAs running together share a head's K/V in L2); causal (ITEM_BLOCKS 2) it is the pair
+// (n_mb - 1 - p, p) of head (bat, head), the heavy block first, one unit each, so CTAs taking
+// items in turn get equal work (the middle block of an odd n_mb has no partner: that unit is
+// empty, m_block < 0).
 
 namespace evo {
 
@@ -22,26 +23,24 @@ struct WorkUnit {
     int m_block, head, bat, split;
 };
 
-// The SMs the schedules plan for (H100/H200 SXM; on another count the order only balances less well).
-constexpr int SCHEDULE_SMS = 132;
-
 // Causal grid: the fewest slices a group of the longest-first order spans (the slices are then
-// dealt into equal groups of at least that many). A group's work, spread over the SMs, is
-// group * blocks * (blocks + 1) / 2 / SCHEDULE_SMS block-key units; 2.5 * SCHEDULE_SMS / (blocks + 1)
-// slices make that 1.25 times the heaviest block's `blocks`, so the last group's heavy blocks,
-// started first, end before its light ones. Blocks of 192 rows: (4,16,4096,x) 4 groups of 16
-// heads, (1,16,16384,x) 4 of 4.
-__device__ __forceinline__ int causal_group_slices(int blocks, int slices) {
-    constexpr int work = SCHEDULE_SMS * 5 / 2;
+// dealt into equal groups of at least that many). A group's work, spread over `sms` SMs, is
+// group * blocks * (blocks + 1) / 2 / sms block-key units; 2.5 * sms / (blocks + 1) slices make
+// that 1.25 times the heaviest block's `blocks`, so the last group's heavy blocks, started first,
+// end before its light ones. Blocks of 192 rows on 132 SMs: (4,16,4096,x) 4 groups of 16 heads,
+// (1,16,16384,x) 4 of 4.
+__device__ __forceinline__ int causal_group_slices(int blocks, int slices, int sms) {
+    const int work = sms * 5 / 2;
     return max(1, min(slices, (work + blocks) / (blocks + 1)));
 }
 
 // Causal grid of more than one wave: this CTA's slice (returned) and query block (m_block) in the
 // longest-first order.
-__device__ __forceinline__ unsigned causal_longest_first(unsigned blocks, unsigned slices, unsigned& m_block) {
+__device__ __forceinline__ unsigned causal_longest_first(unsigned blocks, unsigned slices, int sms,
+                                                         unsigned& m_block) {
     const unsigned started = blockIdx.x + blocks * (blockIdx.y + gridDim.y * blockIdx.z);
     // Groups of q + 1 slices (the first `wide` of them), then of q.
-    const unsigned groups = max(1u, slices / unsigned(causal_group_slices(int(blocks), int(slices))));
+    const unsigned groups = max(1u, slices / unsigned(causal_group_slices(int(blocks), int(slices), sms)));
     const unsigned q = slices / groups, wide = slices - q * groups;
     const unsigned wide_ctas = wide * (q + 1) * blocks;
     const bool in_wide = started < wide_ctas;
@@ -54,7 +53,7 @@ __device__ __forceinline__ unsigned causal_longest_first(unsigned blocks, unsign
     return first + (r - level * size);
 }
 
-template <int BLOCK_M, int ITEM_BLOCKS, int PERSISTENT, int CAUSAL, int KV_SPLITS>
+template <int BLOCK_M, int ITEM_BLOCKS, int PERSISTENT, int CAUSAL, int KV_SPLITS, int SMS>
 struct TileSchedule {
     static_assert(ITEM_BLOCKS == 1 || (ITEM_BLOCKS == 2 && PERSISTENT && CAUSAL), "pairs: persistent and causal");
     static_assert(KV_SPLITS == 1 || !PERSISTENT, "a persistent grid walks whole query blocks");
@@ -69,9 +68,9 @@ struct TileSchedule {
         if constexpr (!PERSISTENT) {
             int slice_head = blockIdx.y, slice_z = blockIdx.z;
             const unsigned blocks = gridDim.x, slices = gridDim.y * gridDim.z;
-            if (CAUSAL && blocks * slices > unsigned(SCHEDULE_SMS)) {
+            if (CAUSAL && blocks * slices > unsigned(SMS)) {
                 unsigned m_block;
-                const unsigned slice = causal_longest_first(blocks, slices, m_block);
+                const unsigned slice = causal_longest_first(blocks, slices, SMS, m_block);
                 // The divisions ran on the vector pipes: the broadcasts tell the compiler the unit
                 // is warp-uniform, so what derives from it stays in uniform registers (as blockIdx).
                 u.m_block = __shfl_sync(0xffffffffu, int(m_block), 0);
