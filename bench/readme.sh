@@ -52,6 +52,7 @@ if [ "$mode" = cpu ]; then
   RUN=$(evo --json runs | python3 -c "import json,sys; print(json.load(sys.stdin)[-1]['name'])")
   run "evo search -c configs/sdpa.toml --budget 8h"
   run "evo search -c configs/sdpa_wgmma_search.toml"
+  run "evo search -c configs/sdpa_wgmma_hd64_search.toml"
 else
   cd "$src" || exit 1
   EVO=${EVO:-$src/.gpu/evo}

@@ -451,11 +451,11 @@ def cases(quick: bool, rng: random.Random):
     for seq_q, seq_kv in itertools.product(seqs, seqs):
         for causal, rescale in itertools.product((False, True), ("always", "lazy", "speculative")):
             bn = rng.choice([64, 128, 176, 192])
-            cw = rng.choice([1, 2, 3])
+            cw = rng.choice([1, 2, 3, 4])
             splits = rng.choice([1, 1, 2, 3])
             scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
             kind = rng.choice(["random", "adversarial", "ramp", "steps"])
-            keys = cw >= 2 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
+            keys = 2 <= cw <= 3 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
             case = make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
             # SCHEDULER persistent (rows, no split), on its own grid or a smaller one.
             if not keys and splits == 1 and rng.random() < 0.5:

@@ -429,10 +429,12 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // Whether a producer warpgroup at `producer` registers and `consumers` warpgroups at `consumer`
-// fit the SM's 64K registers (512 per thread of one warpgroup): setmaxnreg.inc waits until the
-// register file has them, so targets beyond it hang the CTA.
+// fit the registers the CTA launched with: setmaxnreg only moves registers between its warps, and
+// .inc waits until they are free, so targets beyond them hang the CTA. A CTA of w warpgroups
+// launches with the registers per thread that 64K allows, a multiple of 8: 512 per thread of one
+// warpgroup for w = 4, 504 for 3, 480 for 5.
 __host__ __device__ constexpr bool setmaxnreg_fits(int producer, int consumer, int consumers) {
-    return producer + consumers * consumer <= 512;
+    return producer + consumers * consumer <= 65536 / (128 * (consumers + 1)) / 8 * 8 * (consumers + 1);
 }
 
 }  // namespace evo

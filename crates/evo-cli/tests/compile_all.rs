@@ -312,6 +312,51 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
     }
 }
 
+/// Four consumer warpgroups (CONSUMER_WG 4: 256 query rows a CTA, 112 registers a consumer) fit
+/// at head dim 64 only, so the mixed-head-dim configs never compile them: a covering sample of
+/// each Hopper family's head-dim-64 search config (f16 non-causal) reaches them and compiles for
+/// sm_90a without spills or a stack frame, with the family's warpgroup MMA, as do the configs'
+/// four-consumer seeds (f16 non-causal and bf16 causal).
+#[test]
+fn four_consumer_warpgroups_compile_at_head_dim_64() {
+    let dir = tempfile::tempdir().unwrap();
+    for (config, kernel, opcode) in [
+        ("configs/sdpa_wgmma_hd64_search.toml", "sdpa_fwd", "HGMMA"),
+        (
+            "configs/sdpa_fp8_ws_hd64_search.toml",
+            "sdpa_fwd_fp8",
+            "QGMMA",
+        ),
+    ] {
+        let text = std::fs::read_to_string(root().join(config)).unwrap();
+        let seeds: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with('"') && l.contains("CONSUMER_WG=4"))
+            .map(|l| l.trim_end_matches(',').trim_matches('"').to_string())
+            .collect();
+        assert!(!seeds.is_empty(), "{config}: no four-consumer seed");
+        for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+            let name = format!("{kernel}-hd64-{causal}-{dtype}.toml");
+            let cfg = variant(&dir.path().join(name), &text, causal, dtype);
+            let mut reports = Vec::new();
+            if causal == "false" {
+                reports = compile(&["--cover"], &cfg);
+                assert!(
+                    reports
+                        .iter()
+                        .any(|r| r["genome"].as_str().unwrap().contains("CONSUMER_WG=4")),
+                    "{config}: the covering sample has no four-consumer genome"
+                );
+            }
+            for seed in &seeds {
+                reports.extend(compile(&["-g", seed], &cfg));
+            }
+            check_kernel_with(&reports, kernel, opcode);
+        }
+    }
+}
+
 /// Tensor-core instructions `op` (HGMMA, QGMMA, HMMA) in `kernel`'s SASS of a compile report.
 fn tensor_ops(report: &Json, kernel: &str, op: &str) -> u64 {
     report["sass"][kernel]["tensor"][op].as_u64().unwrap_or(0)
@@ -510,27 +555,49 @@ fn a_covering_sample_of_split_kv_genomes_compiles_for_sm_90a() {
     }
 }
 
-/// The Hopper families refuse setmaxnreg targets beyond the register file, which would leave
-/// the consumers' `setmaxnreg.inc` waiting forever: in a copy of each family whose
-/// CONSUMER_REGS is raised to 256, a genome with the producer in 24 registers and two consumers
-/// (24 + 2 x 256 > 512) fails to compile with the guard's message; the unedited copy compiles it.
+/// The Hopper families refuse setmaxnreg targets beyond the registers the CTA launched with,
+/// which would leave the consumers' `setmaxnreg.inc` waiting forever. In a copy of each family
+/// whose CONSUMER_REGS is edited, a genome fails to compile with the guard's message, while the
+/// unedited copy compiles it: two consumers at 256 registers (24 + 2 x 256 > 504), and four
+/// consumers at the rule before they existed, (512 - 24) / 4 = 120 registers (24 + 4 x 120 =
+/// 504, within 512 but beyond the 480 per warpgroup thread a CTA of 640 threads launches with).
 #[test]
 fn setmaxnreg_targets_beyond_the_register_file_do_not_compile() {
+    const RULE: &str = "CONSUMER_REGS = \"min(240, (65536 / THREADS / 8 * 8 * THREADS / 128 - PRODUCER_REGS) / CONSUMER_WG / 8 * 8)\"";
+    const OLD_RULE: &str =
+        "CONSUMER_REGS = \"min(240, (512 - PRODUCER_REGS) / CONSUMER_WG / 8 * 8)\"";
+    const FIXED: &str = "CONSUMER_REGS = \"256\"";
     let cases = [
         (
             "sdpa_fwd",
             "sdpa_fwd_wgmma",
             "sdpa_fwd",
             "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+            FIXED,
+        ),
+        (
+            "sdpa_fwd",
+            "sdpa_fwd_wgmma",
+            "sdpa_fwd",
+            "BLOCK_N=64,CONSUMER_WG=4,EXP2_POLY=off,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+            OLD_RULE,
         ),
         (
             "sdpa_fwd_fp8",
             "sdpa_fwd_fp8_ws",
             "sdpa_fwd_fp8",
             "BLOCK_N=128,CONSUMER_WG=2,EXP2_POLY=off,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,PSUM=f32,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2",
+            FIXED,
+        ),
+        (
+            "sdpa_fwd_fp8",
+            "sdpa_fwd_fp8_ws",
+            "sdpa_fwd_fp8",
+            "BLOCK_N=96,CONSUMER_WG=4,EXP2_POLY=off,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,PSUM=mma,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2",
+            OLD_RULE,
         ),
     ];
-    for (dir, family, problem, genome) in cases {
+    for (dir, family, problem, genome, replacement) in cases {
         for edited in [false, true] {
             let tmp = tempfile::tempdir().unwrap();
             let templates = tmp.path().join("templates");
@@ -544,11 +611,9 @@ fn setmaxnreg_targets_beyond_the_register_file_do_not_compile() {
             }
             let toml = templates.join(dir).join(format!("{family}.toml"));
             let text = std::fs::read_to_string(&toml).unwrap();
-            let formula =
-                "CONSUMER_REGS = \"min(240, (512 - PRODUCER_REGS) / CONSUMER_WG / 8 * 8)\"";
-            assert!(text.contains(formula), "{family}: CONSUMER_REGS changed");
+            assert!(text.contains(RULE), "{family}: CONSUMER_REGS changed");
             if edited {
-                std::fs::write(&toml, text.replace(formula, "CONSUMER_REGS = \"256\"")).unwrap();
+                std::fs::write(&toml, text.replace(RULE, replacement)).unwrap();
             }
             let config = tmp.path().join("config.toml");
             std::fs::write(
@@ -573,7 +638,10 @@ fn setmaxnreg_targets_beyond_the_register_file_do_not_compile() {
             });
             let r = &reports[0];
             if edited {
-                assert_eq!(r["success"], false, "{family}: compiled with 256 registers");
+                assert_eq!(
+                    r["success"], false,
+                    "{family} {genome}: compiled with {replacement}"
+                );
                 assert!(
                     r["log"]
                         .as_str()
@@ -583,7 +651,7 @@ fn setmaxnreg_targets_beyond_the_register_file_do_not_compile() {
                     r["log"]
                 );
             } else {
-                assert_eq!(r["success"], true, "{family}: {}", r["log"]);
+                assert_eq!(r["success"], true, "{family} {genome}: {}", r["log"]);
             }
         }
     }
