@@ -5,6 +5,9 @@
 #   1. evo search -c configs/sdpa.toml (sdpa_fwd_mma, fp16 and bf16) for MMA_BUDGET (90s),
 #   2. evo search -c configs/sdpa_wgmma_quick.toml (sdpa_fwd_wgmma on (2,8,2048,64),
 #      (4,8,2048,64) and (4,16,4096,128), causal and not, fp16 and bf16) for HOPPER_BUDGET (120s),
+#      then -c configs/sdpa_wgmma_hd64_search.toml (run hopper64: the head-dim-64 shapes with
+#      (4,16,4096,64), where four consumer warpgroups fit; its own PyTorch baseline) for
+#      HOPPER64_BUDGET (90s; 0 skips it),
 #   3. PyTorch SDPA timed on both runs' shapes (scripts/torch_sdpa_baseline.py) and imported as
 #      their baselines (evo baseline import), then evo export mma hopper --per-shape: the
 #      fastest correct variant per shape over both runs, shapes where it measured less than
@@ -21,7 +24,7 @@
 # and prints the benchmark table last. Logs under $OUT: gpu.txt, search_mma.txt,
 # search_hopper.txt, torch_mma.txt, torch_hopper.txt, export.txt, bench.txt, bench.json, torch_test.txt, transformers.txt,
 # example.txt, verify.txt; the artifact (artifact/) and the database (artifact.db).
-# ARTIFACT_DB=FILE skips the searches and exports runs `mma` and `hopper` of that database.
+# ARTIFACT_DB=FILE skips the searches and exports runs `mma`, `hopper` and (HOPPER64_BUDGET not 0) `hopper64` of that database.
 set -uo pipefail
 OUT=${OUT:-/tmp/evo-out}
 mkdir -p "$OUT"
@@ -46,6 +49,11 @@ else
   step "evo search -c configs/sdpa_wgmma_quick.toml (${HOPPER_BUDGET:-120s})"
   $EVO search -c configs/sdpa_wgmma_quick.toml --run hopper --db "$DB" --budget "${HOPPER_BUDGET:-120s}" --no-progress 2>&1 \
     | grep -v " INFO " | tail -n 20 | tee "$OUT/search_hopper.txt"
+  if [ "${HOPPER64_BUDGET:-90s}" != 0 ]; then
+    step "evo search -c configs/sdpa_wgmma_hd64_search.toml (${HOPPER64_BUDGET:-90s})"
+    $EVO search -c configs/sdpa_wgmma_hd64_search.toml --run hopper64 --db "$DB" --budget "${HOPPER64_BUDGET:-90s}" \
+      --no-progress 2>&1 | grep -v " INFO " | tail -n 20 | tee "$OUT/search_hopper64.txt"
+  fi
   # One self-contained file (the write-ahead log folded in) to carry back.
   python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('pragma wal_checkpoint(TRUNCATE)')" "$DB"
 fi
@@ -63,9 +71,11 @@ if [ "${TORCH_BASELINE:-1}" = 1 ]; then
   done
 fi
 
-step "evo export mma hopper --per-shape"
+RUNS="mma hopper"
+[ "${HOPPER64_BUDGET:-90s}" != 0 ] && RUNS="$RUNS hopper64"
+step "evo export $RUNS --per-shape"
 rm -rf "$ART"
-$EVO export mma hopper --per-shape --db "$DB" --out "$ART" 2>&1 | tee "$OUT/export.txt"
+$EVO export $RUNS --per-shape --db "$DB" --out "$ART" 2>&1 | tee "$OUT/export.txt"
 if [ ! -f "$ART/manifest.json" ]; then
   echo "export failed: nothing to benchmark (see $OUT/export.txt)"
   exit 1
