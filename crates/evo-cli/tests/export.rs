@@ -1512,22 +1512,25 @@ fn one_genome_run(
             times: shapes
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (s.clone(), 10.0 + i as f64))
+                .map(|(i, s)| (s.clone(), Some(10.0 + i as f64)))
                 .collect(),
+            status: Status::Evaluated,
             resources: None,
         },
     );
 }
 
-/// A run of one evaluated genome: its config text, family, GPU, time per shape and the
-/// resources its result records (a search's: per specialization, its compile key).
+/// A run of one genome: its config text, family, GPU, time per shape (None: not timed there),
+/// its status (evaluated, or regressed: no fitness) and the resources its result records (a
+/// search's: per specialization, its compile key).
 struct OneGenome<'a> {
     name: &'a str,
     config_toml: String,
     family: &'a str,
     genome: &'a str,
     device: &'a str,
-    times: Vec<(Vars, f64)>,
+    times: Vec<(Vars, Option<f64>)>,
+    status: Status,
     resources: Option<Json>,
 }
 
@@ -1568,17 +1571,18 @@ fn genome_run(db: &Path, r: &OneGenome) -> i64 {
             )
             .await
             .unwrap();
-        let times: Vec<NewMeasurement> = r
-            .times
-            .iter()
-            .map(|(s, t)| measurement(s, Some(*t)))
-            .collect();
+        let times: Vec<NewMeasurement> = r.times.iter().map(|(s, t)| measurement(s, *t)).collect();
+        let evaluated = r.status == Status::Evaluated;
         let result = CandidateResult {
-            status: Status::Evaluated,
+            status: r.status,
             gate: None,
-            detail: Some(String::new()),
+            detail: Some(if evaluated {
+                String::new()
+            } else {
+                "slower than the baseline on 5 shapes".into()
+            }),
             resources: r.resources.clone(),
-            fitness: Some(1.1),
+            fitness: evaluated.then_some(1.1),
             eval_ms: Some(1000.0),
             source_key: None,
         };
@@ -2267,7 +2271,8 @@ fn export_refuses_a_build_the_search_did_not_check() {
                 family: "sdpa_fwd_mma",
                 genome: A,
                 device: "NVIDIA H100 80GB HBM3",
-                times: shapes().into_iter().map(|s| (s, 10.0)).collect(),
+                times: shapes().into_iter().map(|s| (s, Some(10.0))).collect(),
+                status: Status::Evaluated,
                 resources: Some(Json::Array(resources)),
             },
         );
@@ -2361,58 +2366,25 @@ fn export_refuses_what_it_cannot_freeze() {
 fn export_refuses_a_run_with_no_candidate_timed_in_every_specialization() {
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("population.db");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let store = Store::open(db.to_str().unwrap()).await.unwrap();
-        let run = store
-            .create_run(&NewRun {
-                name: "short".into(),
-                config_toml: std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap(),
-                problem: "sdpa_fwd".into(),
-                family: "sdpa_fwd_mma".into(),
-                seed: 1,
-                strategy: "evolution".into(),
-                evaluator: "gpu".into(),
-                device: Some("NVIDIA H200".into()),
-                driver: Some("CUDA 13.0".into()),
-                nvrtc_version: Some("13.0".into()),
-                arch: Some("sm_90a".into()),
-            })
-            .await
-            .unwrap();
-        let ids = store
-            .insert_candidates(
-                run,
-                &[NewCandidate::new(
-                    Genome::parse(A).unwrap(),
-                    0,
-                    Origin::Random,
-                )],
-            )
-            .await
-            .unwrap();
-        let times: Vec<NewMeasurement> = shapes()
-            .iter()
-            .map(|s| {
-                let f16 = s.get("DTYPE") == Some(&Value::Str("f16".into()));
-                measurement(s, f16.then_some(30.0))
-            })
-            .collect();
-        let regressed = CandidateResult {
+    genome_run(
+        &db,
+        &OneGenome {
+            name: "short",
+            config_toml: std::fs::read_to_string(root().join("configs/sdpa.toml")).unwrap(),
+            family: "sdpa_fwd_mma",
+            genome: A,
+            device: "NVIDIA H200",
+            times: shapes()
+                .into_iter()
+                .map(|s| {
+                    let f16 = s.get("DTYPE") == Some(&Value::Str("f16".into()));
+                    (s, f16.then_some(30.0))
+                })
+                .collect(),
             status: Status::Regressed,
-            gate: None,
-            detail: Some("slower than the baseline on 5 shapes".into()),
             resources: None,
-            fitness: None,
-            eval_ms: Some(1000.0),
-            source_key: None,
-        };
-        store
-            .record_result(ids[0], &regressed, &times)
-            .await
-            .unwrap();
-        store.close().await;
-    });
+        },
+    );
     let out = tmp.path().join("art");
     let err = failing(
         evo(&db)
@@ -2623,7 +2595,8 @@ fn per_shape_export_over_two_runs_of_two_families() {
             family: "sdpa_fwd_wgmma",
             genome: W,
             device: "NVIDIA H100 80GB HBM3",
-            times: hopper.to_vec(),
+            times: hopper.iter().map(|(s, t)| (s.clone(), Some(*t))).collect(),
+            status: Status::Evaluated,
             resources: None,
         },
     );
