@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "fp8.cuh"
+#include "mbarrier.cuh"
+#include "cluster.cuh"
 #include "fp8_cluster.cuh"
 #include "ck.cuh"
 

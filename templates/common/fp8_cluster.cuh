@@ -8,34 +8,15 @@
 // rest again (correct for any slice; one pass over the input where the slice fits the cluster).
 // A cluster of 16 CTAs is non-portable: the loader allows it (cuFuncSetAttribute
 // NON_PORTABLE_CLUSTER_SIZE_ALLOWED) for a function whose compiled cluster is larger than 8.
-// Needs fp8.cuh first, and a slice length that is a multiple of 8 (16-byte vectors; HEAD_DIM 64
+// Needs fp8.cuh and cluster.cuh first, and a slice length that is a multiple of 8 (16-byte vectors; HEAD_DIM 64
 // or 128 times seq) with 16-byte aligned tensors.
 
 namespace evo {
 
-__device__ __forceinline__ unsigned cluster_ctarank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-
-// Split-phase cluster barrier: arrive (release: this thread's earlier memory accesses, shared
-// memory of other CTAs included, are done before any thread passes the matching wait) and wait
-// (acquire). Every thread of every CTA of the cluster takes part.
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // The float at `p` (a __shared__ variable) in the shared memory of the cluster's CTA `rank`.
 __device__ __forceinline__ float ld_cluster_shared(const float* p, unsigned rank) {
-    const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    unsigned remote;
     float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(cluster_map(p, rank)) : "memory");
     return v;
 }
 

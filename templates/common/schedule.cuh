@@ -4,7 +4,8 @@
 //
 // A CTA's work is a list of units w = 0, 1, ..., each a query block of BLOCK_M rows of one
 // (batch, head). SCHEDULER grid (PERSISTENT 0): one unit, the CTA's (blockIdx x, y, z = query
-// block, head, batch (x KV_SPLITS)). Causal, the blocks' costs differ (block m sees m + 1 blocks
+// block (x KEY_CTAS: a cluster's CTAs share the block, its rank the unit's split), head, batch
+// (x KV_SPLITS)). Causal, the blocks' costs differ (block m sees m + 1 blocks
 // of keys): a grid of more than one wave (SMS CTAs, the family's PERSISTENT_CTAS) numbers its CTAs
 // in the order the hardware starts them (x, then y, then z) with the heaviest first: over a group
 // of slices (batch, head, split) at a time, every slice's last query block, then every slice's one
@@ -36,9 +37,10 @@ __device__ __forceinline__ int causal_group_slices(int blocks, int slices, int s
 
 // Causal grid of more than one wave: this CTA's slice (returned) and query block (m_block) in the
 // longest-first order.
-__device__ __forceinline__ unsigned causal_longest_first(unsigned blocks, unsigned slices, int sms,
+// (x: the CTA's query-block coordinate, blockIdx.x or its cluster's.)
+__device__ __forceinline__ unsigned causal_longest_first(unsigned x, unsigned blocks, unsigned slices, int sms,
                                                          unsigned& m_block) {
-    const unsigned started = blockIdx.x + blocks * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned started = x + blocks * (blockIdx.y + gridDim.y * blockIdx.z);
     // Groups of q + 1 slices (the first `wide` of them), then of q.
     const unsigned groups = max(1u, slices / unsigned(causal_group_slices(int(blocks), int(slices), sms)));
     const unsigned q = slices / groups, wide = slices - q * groups;
@@ -53,10 +55,11 @@ __device__ __forceinline__ unsigned causal_longest_first(unsigned blocks, unsign
     return first + (r - level * size);
 }
 
-template <int BLOCK_M, int ITEM_BLOCKS, int PERSISTENT, int CAUSAL, int KV_SPLITS, int SMS>
+template <int BLOCK_M, int ITEM_BLOCKS, int PERSISTENT, int CAUSAL, int KV_SPLITS, int SMS, int KEY_CTAS = 1>
 struct TileSchedule {
     static_assert(ITEM_BLOCKS == 1 || (ITEM_BLOCKS == 2 && PERSISTENT && CAUSAL), "pairs: persistent and causal");
     static_assert(KV_SPLITS == 1 || !PERSISTENT, "a persistent grid walks whole query blocks");
+    static_assert(KEY_CTAS == 1 || (!PERSISTENT && KV_SPLITS == 1), "a cluster's CTAs share one grid block");
     int n_mb, heads, n_per_head, n_items;
     __device__ __forceinline__ TileSchedule(int seq_q, int heads_, int batch)
         : n_mb((seq_q + BLOCK_M - 1) / BLOCK_M),
@@ -67,10 +70,12 @@ struct TileSchedule {
     __device__ __forceinline__ bool unit(int w, WorkUnit& u) const {
         if constexpr (!PERSISTENT) {
             int slice_head = blockIdx.y, slice_z = blockIdx.z;
-            const unsigned blocks = gridDim.x, slices = gridDim.y * gridDim.z;
-            if (CAUSAL && blocks * slices > unsigned(SMS)) {
+            // KEY_CTAS: the cluster (x / KEY_CTAS) takes the place of the CTA; a grid of more than
+            // SMS CTAs counts its clusters' CTAs (each is started on an SM of its own).
+            const unsigned blocks = gridDim.x / KEY_CTAS, slices = gridDim.y * gridDim.z;
+            if (CAUSAL && blocks * slices * KEY_CTAS > unsigned(SMS)) {
                 unsigned m_block;
-                const unsigned slice = causal_longest_first(blocks, slices, SMS, m_block);
+                const unsigned slice = causal_longest_first(blockIdx.x / KEY_CTAS, blocks, slices, SMS / KEY_CTAS, m_block);
                 // The divisions ran on the vector pipes: the broadcasts tell the compiler the unit
                 // is warp-uniform, so what derives from it stays in uniform registers (as blockIdx).
                 u.m_block = __shfl_sync(0xffffffffu, int(m_block), 0);
@@ -79,12 +84,12 @@ struct TileSchedule {
             } else {
                 // (One wave, causal: every CTA starts at once and the order only places them on
                 // SMs; each slice's blocks heaviest first, as before the longest-first order.)
-                u.m_block = CAUSAL ? int(blocks) - 1 - int(blockIdx.x) : int(blockIdx.x);
+                u.m_block = CAUSAL ? int(blocks) - 1 - int(blockIdx.x / KEY_CTAS) : int(blockIdx.x / KEY_CTAS);
             }
             u.head = slice_head;
-            // Split-KV: grid z = batch * KV_SPLITS, split fastest.
+            // Split-KV: grid z = batch * KV_SPLITS, split fastest. KEY_CTAS: the cluster rank.
             u.bat = KV_SPLITS > 1 ? slice_z / KV_SPLITS : slice_z;
-            u.split = KV_SPLITS > 1 ? slice_z % KV_SPLITS : 0;
+            u.split = KV_SPLITS > 1 ? slice_z % KV_SPLITS : int(blockIdx.x % KEY_CTAS);
             return w == 0;
         } else {
             const int item = int(blockIdx.x) + (w / ITEM_BLOCKS) * int(gridDim.x);

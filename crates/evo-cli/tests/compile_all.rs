@@ -357,6 +357,95 @@ fn four_consumer_warpgroups_compile_at_head_dim_64() {
     }
 }
 
+/// KEY_CTAS 2 (a cluster of two CTAs per query block, rank 1's partial merged into rank 0's
+/// through distributed shared memory) compiles for sm_90a without spills or a stack frame, with
+/// HGMMA, and launches twice the grid's query blocks in x: the Hopper search configs' cluster
+/// seeds at head dims 64 and 128 (f16 non-causal, bf16 causal), and at head dim 64 the cluster
+/// copies of two consumers owning rows (ping-pong), two and three consumers splitting the keys
+/// and four consumers.
+#[test]
+fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let quick = std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap();
+    let hd64 = std::fs::read_to_string(root().join("configs/sdpa_wgmma_hd64_search.toml")).unwrap();
+    let seeds = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with('"') && l.contains("KEY_CTAS=2"))
+            .map(|l| l.trim_end_matches(',').trim_matches('"').to_string())
+            .collect()
+    };
+    let mut hd64_genomes = seeds(&hd64);
+    assert!(!hd64_genomes.is_empty(), "no cluster seed at head dim 64");
+    for g in [
+        "BLOCK_N=128,CONSUMER_WG=2,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+        "BLOCK_N=128,CONSUMER_WG=2,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=off,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=keys",
+        "BLOCK_N=176,CONSUMER_WG=3,KEY_CTAS=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=3,SWIZZLE_BYTES=64,WARP_SPEC=on,WG_SPLIT=keys",
+        "BLOCK_N=64,CONSUMER_WG=4,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+    ] {
+        hd64_genomes.push(g.to_string());
+    }
+    let quick_seeds = seeds(&quick);
+    assert!(
+        !quick_seeds.is_empty(),
+        "no cluster seed in the quick config"
+    );
+    for (name, text, genomes) in [
+        ("quick", &quick, quick_seeds),
+        ("hd64", &hd64, hd64_genomes),
+    ] {
+        for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
+            let cfg = variant(
+                &dir.path()
+                    .join(format!("key-ctas-{name}-{causal}-{dtype}.toml")),
+                text,
+                causal,
+                dtype,
+            );
+            let mut reports = Vec::new();
+            for g in &genomes {
+                reports.extend(compile(&["-g", g], &cfg));
+            }
+            check_kernel_with(&reports, "sdpa_fwd", "HGMMA");
+            // The launch is planned for the config's first shape of the report's head dim; query
+            // blocks of 64 rows (one consumer, or split keys) or 64 per consumer.
+            let shapes: toml::Table = toml::from_str(text).unwrap();
+            let shapes = shapes["shapes"].as_array().unwrap();
+            for r in &reports {
+                let g = r["genome"].as_str().unwrap();
+                let launch = &r["launch"][0];
+                assert_eq!(launch[0], "sdpa_fwd");
+                let head_dim: i64 = r["spec"]
+                    .as_str()
+                    .unwrap()
+                    .split("HEAD_DIM=")
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let shape = shapes
+                    .iter()
+                    .find(|s| s["HEAD_DIM"].as_integer() == Some(head_dim))
+                    .unwrap();
+                let seq = shape["SEQ_Q"].as_integer().unwrap() as u64;
+                let consumers = (2..=4u64)
+                    .find(|c| g.contains(&format!("CONSUMER_WG={c}")))
+                    .unwrap_or(1);
+                let rows = if g.contains("WG_SPLIT=keys") {
+                    64
+                } else {
+                    64 * consumers
+                };
+                assert_eq!(
+                    launch[1]["grid"][0].as_u64().unwrap(),
+                    2 * seq.div_ceil(rows),
+                    "{g}: {launch}"
+                );
+            }
+        }
+    }
+}
+
 /// Tensor-core instructions `op` (HGMMA, QGMMA, HMMA) in `kernel`'s SASS of a compile report.
 fn tensor_ops(report: &Json, kernel: &str, op: &str) -> u64 {
     report["sass"][kernel]["tensor"][op].as_u64().unwrap_or(0)

@@ -411,8 +411,10 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     // adds a copy of the 1965 with RESCALE lazy and a producer warpgroup. PSUM has the one value
     // f32 (mma measured slower, removed). CONSUMER_WG 4 adds 18: BLOCK_N 64 without a producer
     // warpgroup (512 threads, 128 registers each), every STAGES, SWIZZLE_BYTES and RESCALE; with
-    // a producer (112 registers a consumer) four fit head dim 64 only.
-    assert_eq!(count, 6411);
+    // a producer (112 registers a consumer) four fit head dim 64 only. KEY_CTAS 2 (a cluster of two
+    // CTAs per query block) adds a copy of the 1512 grid genomes with a TMA producer whose shared
+    // memory still fits beside the other CTA's partials (a partial per consumer warpgroup).
+    assert_eq!(count, 7923);
     assert_eq!(
         sources.len(),
         count,
@@ -421,16 +423,17 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     assert_every_knob_value_changes_the_code(&f, &space, 1);
 }
 
-/// SCHEDULER of the Hopper family: a grid genome launches (query blocks, heads, batch); a
-/// persistent one min(132, work items) CTAs in x, a work item being one query block, or causal a
-/// pair of them; the kernel learns which (PERSISTENT, ITEM_BLOCKS) from its render, and only TMA-
-/// fed genomes whose warpgroups own rows are persistent.
+/// SCHEDULER of the Hopper family: a grid genome launches (query blocks x KEY_CTAS, heads,
+/// batch), a KEY_CTAS 2 kernel compiled as clusters of two CTAs along x; a persistent one
+/// min(132, work items) CTAs in x, a work item being one query block, or causal a pair of them;
+/// the kernel learns which (PERSISTENT, ITEM_BLOCKS) from its render, and only TMA-fed genomes
+/// whose warpgroups own rows are persistent.
 #[test]
 fn wgmma_scheduler_launches_and_renders() {
     let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();
     let specs = sdpa_specs();
     let space = f.space(specs.contexts()).unwrap();
-    let (mut grid, mut persistent) = (0, 0);
+    let (mut grid, mut persistent, mut clusters) = (0, 0, 0);
     for g in space.iter_valid().step_by(7) {
         let pers = g
             .get("SCHEDULER")
@@ -449,6 +452,12 @@ fn wgmma_scheduler_launches_and_renders() {
         } else {
             grid += 1;
         }
+        // KEY_CTAS: that many CTAs (a cluster, grid x) per query block, grid genomes only.
+        let key_ctas = g.get("KEY_CTAS").unwrap().as_int().unwrap();
+        if key_ctas > 1 {
+            clusters += 1;
+            assert!(!pers, "{}", g.canonical());
+        }
         // Specialization 0: head dim 64, non-causal; 2: head dim 64, causal (sdpa_specs).
         for (spec, causal) in [(0, false), (2, true)] {
             let vars = space.vars(&g, spec).unwrap();
@@ -457,6 +466,12 @@ fn wgmma_scheduler_launches_and_renders() {
             let pair = pers && causal;
             assert!(
                 src.contains(&format!("PERSISTENT = {},", pers as i32)),
+                "{}",
+                g.canonical()
+            );
+            assert_eq!(
+                src.contains(&format!("__cluster_dims__({key_ctas}, 1, 1)")),
+                key_ctas > 1,
                 "{}",
                 g.canonical()
             );
@@ -483,7 +498,7 @@ fn wgmma_scheduler_launches_and_renders() {
                     let per_head = if pair { (n_mb + 1) / 2 } else { n_mb };
                     [(per_head * h * b).min(132) as u32, 1, 1]
                 } else {
-                    [n_mb as u32, h as u32, b as u32]
+                    [(n_mb * key_ctas) as u32, h as u32, b as u32]
                 };
                 assert_eq!(
                     dims[0].1.grid,
@@ -494,14 +509,17 @@ fn wgmma_scheduler_launches_and_renders() {
             }
         }
     }
-    assert!(grid > 0 && persistent > 0, "{grid} {persistent}");
+    assert!(
+        grid > 0 && persistent > 0 && clusters > 0,
+        "{grid} {persistent} {clusters}"
+    );
 }
 
-/// Genomes recorded before SCHEDULER, EXP2_POLY and PSUM existed (stored runs, seeds,
-/// manifests) name none of them: `[defaults]` SCHEDULER = "grid", EXP2_POLY = "off" and PSUM =
-/// "f32" complete them, so they render exactly the source of SCHEDULER=grid,EXP2_POLY=off,
-/// PSUM=f32 (header included: the completed genome is the genome), in the Hopper family and
-/// its split-KV family (which inherits the defaults).
+/// Genomes recorded before SCHEDULER, EXP2_POLY, PSUM and KEY_CTAS existed (stored runs,
+/// seeds, manifests) name none of them: `[defaults]` SCHEDULER = "grid", EXP2_POLY = "off",
+/// PSUM = "f32" and KEY_CTAS = 1 complete them, so they render exactly the source of
+/// SCHEDULER=grid,EXP2_POLY=off,PSUM=f32,KEY_CTAS=1 (header included: the completed genome is
+/// the genome), in the Hopper family and its split-KV family (which inherits the defaults).
 #[test]
 fn wgmma_genomes_before_scheduler_render_as_grid() {
     let specs = sdpa_specs();
@@ -519,6 +537,7 @@ fn wgmma_genomes_before_scheduler_render_as_grid() {
             "{name}"
         );
         assert_eq!(space.defaults().get("PSUM"), Some(&"f32".into()), "{name}");
+        assert_eq!(space.defaults().get("KEY_CTAS"), Some(&1.into()), "{name}");
         let mut checked = 0;
         for g in space
             .iter_valid()
@@ -526,12 +545,15 @@ fn wgmma_genomes_before_scheduler_render_as_grid() {
                 g.get("SCHEDULER") == Some(&"grid".into())
                     && g.get("EXP2_POLY") == Some(&"off".into())
                     && g.get("PSUM") == Some(&"f32".into())
+                    && g.get("KEY_CTAS") == Some(&1.into())
             })
             .step_by(11)
         {
             let old: Genome = g
                 .iter()
-                .filter(|(k, _)| *k != "SCHEDULER" && *k != "EXP2_POLY" && *k != "PSUM")
+                .filter(|(k, _)| {
+                    !["SCHEDULER", "EXP2_POLY", "PSUM", "KEY_CTAS"].contains(&k.as_str())
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert!(matches!(
@@ -919,6 +941,10 @@ fn split_kv_families_are_their_base_plus_kv_splits() {
             // The split-KV grid is one CTA per (query block, head, batch, split).
             if k.name == "SCHEDULER" {
                 k.values = vec!["grid".into()];
+            }
+            // Its KV split is across CTAs already, not a cluster.
+            if k.name == "KEY_CTAS" {
+                k.values = vec![1.into()];
             }
         }
         knobs.push(evo_core::Knob {
