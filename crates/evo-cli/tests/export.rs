@@ -1694,7 +1694,7 @@ fn export_of_a_split_kv_variant_with_scratch() {
 
 /// A genome of the Hopper family (its kernel takes the ABI plus TMA tensor maps of q, k, v).
 const W: &str =
-    "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,PSUM=f32,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
+    "BLOCK_N=64,CONSUMER_WG=2,EXP2_POLY=off,KEY_CTAS=1,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,PSUM=f32,RESCALE=always,SCHEDULER=grid,SETMAXNREG=true,SPECULATIVE_EXP=off,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows";
 
 /// A family whose kernel has its own argument list (sdpa_fwd_wgmma: the ABI, then three
 /// tensor maps) exports: the manifest names every argument, the Python binding encodes
@@ -1884,9 +1884,9 @@ fn export_of_an_end_to_end_fp8_variant_with_maps_over_scratch() {
     assert!(stdout.contains("manifest: consistent"), "{stdout}");
 }
 
-/// A run recorded before SCHEDULER, EXP2_POLY, SPECULATIVE_EXP and PSUM existed: its genome
-/// names none of them. The family's `[defaults]` (SCHEDULER = "grid", EXP2_POLY = "off",
-/// SPECULATIVE_EXP = "off", PSUM = "f32") complete it: `evo export` freezes the completed genome
+/// A run recorded before SCHEDULER, EXP2_POLY, SPECULATIVE_EXP, PSUM and KEY_CTAS existed: its
+/// genome names none of them. The family's `[defaults]` (SCHEDULER = "grid", EXP2_POLY = "off",
+/// SPECULATIVE_EXP = "off", PSUM = "f32", KEY_CTAS = 1) complete it: `evo export` freezes the completed genome
 /// (the manifest's genome and hash are W's, the source is W's), the stored row is still
 /// found by its stored hash, `evo render -g` takes the old text, and the artifact verifies.
 #[test]
@@ -1897,7 +1897,8 @@ fn export_of_a_run_recorded_before_a_knob_existed() {
         .replace("SCHEDULER=grid,", "")
         .replace("EXP2_POLY=off,", "")
         .replace("SPECULATIVE_EXP=off,", "")
-        .replace("PSUM=f32,", "");
+        .replace("PSUM=f32,", "")
+        .replace("KEY_CTAS=1,", "");
     assert_ne!(old, W);
     one_genome_run(
         &db,
