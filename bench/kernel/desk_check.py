@@ -3,8 +3,9 @@
 
 A transcription (float64, plain Python) of what the kernel's index math and the shared softmax
 primitive (templates/common/softmax.cuh) do: the grid of query blocks, the KV tiles a block
-walks (causal limit, split-KV ranges), per consumer warpgroup its rows or (WG_SPLIT keys) its
-share of the tiles and the merge of the warpgroups' results, the unmasked prefix of tiles
+walks (causal limit, split-KV ranges, KEY_CTAS: each cluster rank's half and rank 0's merge of
+the others' partials), per consumer warpgroup its rows or (WG_SPLIT keys) its share of the tiles
+and the merge of the warpgroups' results, the unmasked prefix of tiles
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
 (8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
 exp2, the maximum on raw scores with min for a negative scale, `hide`, the FLT_MIN clamp), the
@@ -205,26 +206,30 @@ def merge(parts):
 SCHEDULE_SMS = 132  # the families' PERSISTENT_CTAS, schedule.cuh's SMS
 
 
-def causal_group_slices(blocks, slices):
+def causal_group_slices(blocks, slices, sms=SCHEDULE_SMS):
     """schedule.cuh's causal_group_slices: the fewest slices a longest-first group spans."""
-    work = SCHEDULE_SMS * 5 // 2
+    work = sms * 5 // 2
     return max(1, min(slices, (work + blocks) // (blocks + 1)))
 
 
-def schedule_unit(w, cta, ctas, n_mb, heads, batch, persistent, causal):
+def schedule_unit(w, cta, ctas, n_mb, heads, batch, persistent, causal, key_ctas=1):
     """Schedule::unit: unit w of CTA `cta` of `ctas` as (m_block, head, bat), None past the
-    CTA's last; m_block -1: an empty unit (the missing partner of an odd causal pair)."""
+    CTA's last; m_block -1: an empty unit (the missing partner of an odd causal pair). KEY_CTAS:
+    grid x is n_mb x key_ctas, a cluster (x // key_ctas) takes the CTA's place (its rank:
+    x % key_ctas)."""
     if not persistent:
-        # grid (x, y, z) = (n_mb, heads, batch): CTA number = x + n_mb (y + heads z), the order the
-        # hardware starts them in.
+        # grid (x, y, z) = (n_mb key_ctas, heads, batch): CTA number = x + n_mb key_ctas (y + heads
+        # z), the order the hardware starts them in.
         if w > 0:
             return None
-        x, yz = cta % n_mb, cta // n_mb
+        x, yz = cta % (n_mb * key_ctas), cta // (n_mb * key_ctas)
+        x //= key_ctas
         slices = heads * batch
-        if not causal or n_mb * slices <= SCHEDULE_SMS:
+        if not causal or n_mb * slices * key_ctas <= SCHEDULE_SMS:
             return ((n_mb - 1 - x) if causal else x, yz % heads, yz // heads)
+        cta = x + n_mb * yz  # (the cluster's number)
         # Causal, more than one wave: longest first over groups of slices (causal_longest_first).
-        groups = max(1, slices // causal_group_slices(n_mb, slices))
+        groups = max(1, slices // causal_group_slices(n_mb, slices, SCHEDULE_SMS // key_ctas))
         q = slices // groups
         wide = slices - q * groups
         wide_ctas = wide * (q + 1) * n_mb
@@ -313,6 +318,14 @@ def check_schedules(rng: random.Random) -> int:
                 if sorted(seen) != want:
                     bad += 1
                     print("SCHEDULE coverage", (n_mb, heads, batch, persistent, causal, ctas))
+                if not persistent:
+                    # KEY_CTAS 2: every (block, rank) once, a cluster's two CTAs on one block.
+                    n_x = 2 * n_mb
+                    got = sorted(schedule_unit(0, c, 0, n_mb, heads, batch, False, causal, 2) + (c % n_x % 2,)
+                                 for c in range(n_x * heads * batch))
+                    if got != sorted(u + (r,) for u in want for r in range(2)):
+                        bad += 1
+                        print("SCHEDULE clusters", (n_mb, heads, batch, causal))
                 if persistent and causal and n_mb % 2 == 0:
                     # Causal, seq_q = seq_kv, BLOCK_N = BLOCK_M: block m walks m + 1 tiles, a pair
                     # n_mb + 1; CTAs differ by at most one item.
@@ -328,6 +341,9 @@ def kernel(case) -> dict[int, list[float]]:
     """The kernel's output rows (row -> O[row]) for one case, following the template."""
     seq_q, seq_kv, causal, bn, cw, splits, scale, keys, V = (
         case[k] for k in ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "keys", "V"))
+    key_ctas = case.get("key_ctas", 1)
+    assert key_ctas == 1 or splits == 1, "KEY_CTAS: no split-KV"
+    parts = splits if splits > 1 else key_ctas  # the template's KV_PARTS
     d = len(V[0])
     block_m = 64 if keys else 64 * cw
     sc = LogitScale(scale)
@@ -353,13 +369,15 @@ def kernel(case) -> dict[int, list[float]]:
         m0 = m_block * block_m
         kv_end = min(seq_kv, m0 + block_m) if causal else seq_kv
         n_all = (kv_end + bn - 1) // bn
-        for split in range(splits):
+        # KEY_CTAS: per (warp, quad row) every rank's warpgroup results, merged after the ranks.
+        ranks: dict[tuple[int, int], list[list]] = {}
+        for split in range(parts):
             t0, n_tiles = 0, n_all
-            if splits > 1:
-                per = (n_all + splits - 1) // splits
+            if parts > 1:
+                per = (n_all + parts - 1) // parts
                 t0 = min(n_all, split * per)
                 n_tiles = min(n_all - t0, per)
-                if n_tiles <= 0:
+                if splits > 1 and n_tiles <= 0:
                     for r in range(m0, min(m0 + block_m, seq_q)):
                         partial.setdefault(r, []).append((-INF, [0.0] * d))
                     continue
@@ -377,6 +395,9 @@ def kernel(case) -> dict[int, list[float]]:
                         tiles = [first + i * step for i in range(mine)]
                         r_lo = m0 + wg_row0 + warp * 16 + g
                         results.append(walk(case, sc, [r_lo, r_lo + 8], t0, n_tiles, n_full, tiles))
+                    if key_ctas > 1:
+                        ranks.setdefault((warp, g), []).append(results)
+                        continue
                     if keys:
                         m, l, o = merge(results)
                         r_lo = m0 + warp * 16 + g
@@ -387,6 +408,20 @@ def kernel(case) -> dict[int, list[float]]:
                             r_lo = m0 + wg * 64 + warp * 16 + g
                             for h in range(2):
                                 emit(r_lo + 8 * h, m[h], l[h], o[h])
+        # Rank 0 (keys: its warpgroups merged first) merges the other ranks' partials: keys, one per
+        # warpgroup of each rank; rows, warpgroup wg's of each rank into its own.
+        for (warp, g), by_rank in ranks.items():
+            if keys:
+                m, l, o = merge([merge(by_rank[0])] + [p for r in by_rank[1:] for p in r])
+                r_lo = m0 + warp * 16 + g
+                for h in range(2):
+                    emit(r_lo + 8 * h, m[h], l[h], o[h])
+            else:
+                for wg in range(cw):
+                    m, l, o = merge([by_rank[r][wg] for r in range(key_ctas)])
+                    r_lo = m0 + wg * 64 + warp * 16 + g
+                    for h in range(2):
+                        emit(r_lo + 8 * h, m[h], l[h], o[h])
     if splits > 1:
         for row, parts in partial.items():
             mx = max(l for l, _ in parts)
@@ -456,11 +491,19 @@ def cases(quick: bool, rng: random.Random):
             scale = rng.choice([0.125, -0.37, 0.0, -0.0, 1e-40, 20.0, 1 / math.sqrt(64)])
             kind = rng.choice(["random", "adversarial", "ramp", "steps"])
             keys = 2 <= cw <= 3 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
+            # SCHEDULER persistent (rows, no split), on its own grid or a smaller one; or KEY_CTAS 2
+            # (grid, no split: a cluster of two CTAs per block), at BLOCK_N 64 so that rank 1 gets
+            # tiles at 65 and 130 keys too.
+            persistent = not keys and splits == 1 and rng.random() < 0.5
+            cluster = not persistent and splits == 1 and rng.random() < 0.5
+            if cluster:
+                bn = 64
             case = make_case(rng, seq_q, seq_kv, causal, bn, cw, splits, scale, rescale, kind, keys)
-            # SCHEDULER persistent (rows, no split), on its own grid or a smaller one.
-            if not keys and splits == 1 and rng.random() < 0.5:
+            if persistent:
                 case["persistent"] = True
                 case["ctas"] = rng.choice([None, 1, 2])
+            elif cluster:
+                case["key_ctas"] = 2
             yield case
 
 
@@ -478,7 +521,7 @@ def main() -> int:
         if not err <= 1e-9:
             bad += 1
             keys = ("seq_q", "seq_kv", "causal", "bn", "cw", "splits", "scale", "rescale", "kind", "keys",
-                    "persistent", "ctas")
+                    "persistent", "ctas", "key_ctas")
             print("MISMATCH", {k: case.get(k) for k in keys}, f"err {err:.3g}")
     print(f"{n} cases, {bad} mismatches")
     sched_bad = check_schedules(rng)
