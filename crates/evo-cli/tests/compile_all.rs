@@ -312,6 +312,19 @@ fn a_pairwise_sample_of_wgmma_sdpa_genomes_compiles_with_hgmma() {
     }
 }
 
+/// The `[search]` seeds of config `text` that contain `needle` (a `KNOB=value`).
+fn seeds_with(text: &str, needle: &str) -> Vec<String> {
+    let config: toml::Table = toml::from_str(text).unwrap();
+    config["search"]["seeds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .filter(|s| s.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Four consumer warpgroups (CONSUMER_WG 4: 256 query rows a CTA, 112 registers a consumer) fit
 /// at head dim 64 only, so the mixed-head-dim configs never compile them: a covering sample of
 /// each Hopper family's head-dim-64 search config (f16 non-causal) reaches them and compiles for
@@ -329,12 +342,7 @@ fn four_consumer_warpgroups_compile_at_head_dim_64() {
         ),
     ] {
         let text = std::fs::read_to_string(root().join(config)).unwrap();
-        let seeds: Vec<String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with('"') && l.contains("CONSUMER_WG=4"))
-            .map(|l| l.trim_end_matches(',').trim_matches('"').to_string())
-            .collect();
+        let seeds = seeds_with(&text, "CONSUMER_WG=4");
         assert!(!seeds.is_empty(), "{config}: no four-consumer seed");
         for (causal, dtype) in [("false", "f16"), ("true", "bf16")] {
             let name = format!("{kernel}-hd64-{causal}-{dtype}.toml");
@@ -368,14 +376,7 @@ fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let quick = std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap();
     let hd64 = std::fs::read_to_string(root().join("configs/sdpa_wgmma_hd64_search.toml")).unwrap();
-    let seeds = |text: &str| -> Vec<String> {
-        text.lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with('"') && l.contains("KEY_CTAS=2"))
-            .map(|l| l.trim_end_matches(',').trim_matches('"').to_string())
-            .collect()
-    };
-    let mut hd64_genomes = seeds(&hd64);
+    let mut hd64_genomes = seeds_with(&hd64, "KEY_CTAS=2");
     assert!(!hd64_genomes.is_empty(), "no cluster seed at head dim 64");
     for g in [
         "BLOCK_N=128,CONSUMER_WG=2,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
@@ -385,7 +386,7 @@ fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
     ] {
         hd64_genomes.push(g.to_string());
     }
-    let quick_seeds = seeds(&quick);
+    let quick_seeds = seeds_with(&quick, "KEY_CTAS=2");
     assert!(
         !quick_seeds.is_empty(),
         "no cluster seed in the quick config"
