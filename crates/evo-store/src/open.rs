@@ -187,6 +187,26 @@ async fn check_existing(path: &Path) -> Result<Existing, StoreError> {
     result
 }
 
+/// Opens the SQLite file at `path` on one connection of its own and closes it, if a `-wal` file
+/// is beside it: the last connection to close folds the log into the file and removes it
+/// with its `-shm` (see [`Store::close`]). Best effort, nothing to report: a file another
+/// process holds open keeps its log, and that process's close removes it.
+pub(crate) async fn fold_log(path: &Path) {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if !Path::new(&wal).exists() {
+        return;
+    }
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .busy_timeout(BUSY_TIMEOUT);
+    if let Ok(mut conn) = options.connect().await {
+        // A connection opens the log only when it first reads the database.
+        let _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
+        let _ = conn.close().await;
+    }
+}
+
 /// Options that read the file without writing it or creating anything beside it (see
 /// [`check_existing`]).
 fn read_only_options(path: &Path) -> SqliteConnectOptions {
@@ -300,6 +320,7 @@ pub(crate) async fn open_to_read(url_or_path: &str) -> Result<Store, StoreError>
         pool,
         kind: DbKind::Sqlite,
         path: Some(path),
+        read_only: true,
         location,
     })
 }
@@ -461,6 +482,7 @@ async fn open_sqlite_once(path: PathBuf) -> Result<Store, StoreError> {
         pool,
         kind: DbKind::Sqlite,
         path: Some(path),
+        read_only: false,
         location,
     })
     .await
@@ -559,6 +581,7 @@ async fn open_postgres(url: String) -> Result<Store, StoreError> {
         pool,
         kind: DbKind::Postgres,
         path: None,
+        read_only: false,
         location,
     })
     .await

@@ -26,6 +26,8 @@ pub struct Store {
     pub(crate) kind: DbKind,
     /// The SQLite file; `None` on PostgreSQL.
     pub(crate) path: Option<std::path::PathBuf>,
+    /// Opened read-only ([`Store::open_to_read`]): closing it writes nothing either.
+    pub(crate) read_only: bool,
     /// The file, or the server URL without its password (for messages).
     pub(crate) location: String,
 }
@@ -368,6 +370,23 @@ impl Store {
                 .await;
         }
         self.pool.close().await;
+        // sqlx 0.8's close can return with a connection left open: one being handed back
+        // (its release ping in flight) when the pool closed lands among the idle ones after
+        // close took its last look at them. Closing again closes those.
+        for _ in 0..1000 {
+            if self.pool.size() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            self.pool.close().await;
+        }
+        // SQLite removes the log when the last connection closes, but connections closed at
+        // the same moment (the pool closes returned ones on their own tasks) can each see the
+        // other still open and both leave it. One connection opened and closed alone folds
+        // it in and removes it (unless another process has the file open: then it stays).
+        if let (Some(path), false) = (&self.path, self.read_only) {
+            crate::open::fold_log(path).await;
+        }
     }
 
     /// A transaction that writes: on SQLite `BEGIN IMMEDIATE` (takes the write lock at
