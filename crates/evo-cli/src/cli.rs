@@ -382,7 +382,8 @@ pub enum Command {
         config: Option<PathBuf>,
         #[arg(short, long)]
         genome: Option<String>,
-        /// The shape to launch, e.g. M=4096,N=4096,K=4096 (default: the config's first).
+        /// The shape to launch, e.g. M=4096,N=4096,K=4096 (default: the config's first); with
+        /// a config, the values of its `[spec]` (DTYPE, CAUSAL, ...) it does not name.
         #[arg(long)]
         shape: Option<String>,
         /// Launch rule for a file without an `// evo-launch:` header.
@@ -445,7 +446,8 @@ pub struct CheckArgs {
     /// Take shapes and gate settings from this search config.
     #[arg(short, long)]
     pub config: Option<PathBuf>,
-    /// A shape (repeatable), e.g. M=1000,N=1000,K=1000 (specialization values too).
+    /// A shape (repeatable), e.g. M=1000,N=1000,K=1000 (specialization values too; with
+    /// --config, the values of its `[spec]` it does not name).
     #[arg(long)]
     pub shape: Vec<String>,
     /// Launch rule, overriding the file's `// evo-launch:` header, e.g.

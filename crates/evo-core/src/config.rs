@@ -453,6 +453,9 @@ pub struct SearchConfig {
     pub families: Vec<String>,
     /// Templates folder named by the config, resolved against the config's folder.
     pub templates: Option<PathBuf>,
+    /// The `[spec]` values, which every shape of `shapes` already carries; a shape given
+    /// elsewhere for this config (`evo profile --shape`) inherits them too.
+    pub spec: Vars,
     pub shapes: Vec<Vars>,
     pub compile: CompileConfig,
     pub correctness: CorrectnessConfig,
@@ -663,6 +666,7 @@ impl SearchConfig {
             family: families[0].clone(),
             families,
             templates: raw.templates.map(|t| base.join(t)),
+            spec,
             shapes,
             compile: raw.compile,
             correctness: raw.correctness,
@@ -806,6 +810,11 @@ DTYPE = "bf16"
         assert_eq!(c.shapes.len(), 2);
         assert_eq!(c.shapes[0]["DTYPE"], Value::Str("f16".into()));
         assert_eq!(c.shapes[1]["DTYPE"], Value::Str("bf16".into()));
+        // The [spec] alone, for shapes given elsewhere (evo profile --shape).
+        assert_eq!(
+            c.spec,
+            Vars::from([("DTYPE".to_string(), Value::Str("f16".into()))])
+        );
         assert_eq!(c.templates, Some(PathBuf::from("configs/../templates")));
         assert_eq!(c.compile, CompileConfig::default());
         assert_eq!(c.correctness, CorrectnessConfig::default());

@@ -59,7 +59,11 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
             }
             let mut shapes = c.shapes.clone();
             for s in &args.shape {
-                shapes.push(evo_run::parse_flag_list("--shape", s)?.as_vars().clone());
+                // The config's [spec] (DTYPE, CAUSAL) unless the shape names them, as its
+                // own shapes inherit it.
+                let mut shape = c.spec.clone();
+                shape.extend(evo_run::parse_flag_list("--shape", s)?.as_vars().clone());
+                shapes.push(shape);
             }
             (
                 shapes,

@@ -39,9 +39,16 @@ struct Report {
 }
 
 fn complete(problem: &dyn evo_kernels::Problem, text: &str) -> Result<Vars> {
-    let g = evo_run::parse_flag_list("--shape", text)?;
+    complete_with(problem, &Vars::new(), text)
+}
+
+/// `--shape` over `spec` (a config's `[spec]`: its DTYPE and CAUSAL unless the shape names
+/// them, as the config's own shapes inherit them), completed by the problem.
+fn complete_with(problem: &dyn evo_kernels::Problem, spec: &Vars, text: &str) -> Result<Vars> {
+    let mut vars = spec.clone();
+    vars.extend(evo_run::parse_flag_list("--shape", text)?.as_vars().clone());
     problem
-        .complete_shape(g.as_vars())
+        .complete_shape(&vars)
         .map_err(|e| anyhow!("--shape: {e}"))
 }
 
@@ -111,7 +118,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
             let family = evo_run::context::load_family(&root, &mut config, &target)?;
             let problem = family.problem;
             let shape = match o.shape {
-                Some(s) => complete(problem, s)?,
+                Some(s) => complete_with(problem, &config.spec, s)?,
                 None => problem
                     .complete_shape(&config.shapes[0])
                     .map_err(|e| anyhow!(e))?,
@@ -347,4 +354,32 @@ pub fn run_once(
     }
     g.synchronize()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use evo_core::Value;
+
+    use super::*;
+
+    /// A `--shape` given with a config takes the config's `[spec]` values it does not name
+    /// (a causal bf16 config profiles causal bf16 kernels), and its own where it names them.
+    #[test]
+    fn a_shape_inherits_the_config_s_spec() {
+        let sdpa = evo_kernels::problem("sdpa_fwd").unwrap();
+        let spec = Vars::from([
+            ("CAUSAL".to_string(), Value::Bool(true)),
+            ("DTYPE".to_string(), Value::Str("bf16".into())),
+        ]);
+        let dims = "BATCH=1,HEADS=2,SEQ_Q=77,SEQ_KV=77,HEAD_DIM=64";
+        let shape = complete_with(sdpa, &spec, dims).unwrap();
+        assert_eq!(shape["CAUSAL"], Value::Bool(true));
+        assert_eq!(shape["DTYPE"], Value::Str("bf16".into()));
+        assert_eq!(shape["SEQ_Q"], Value::Int(77));
+        let named = complete_with(sdpa, &spec, &format!("{dims},CAUSAL=false")).unwrap();
+        assert_eq!(named["CAUSAL"], Value::Bool(false));
+        assert_eq!(named["DTYPE"], Value::Str("bf16".into()));
+        // Without a config: the problem's defaults.
+        assert_eq!(complete(sdpa, dims).unwrap()["CAUSAL"], Value::Bool(false));
+    }
 }
