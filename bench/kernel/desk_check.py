@@ -3,7 +3,7 @@
 
 A transcription (float64, plain Python) of what the kernel's index math and the shared softmax
 primitive (templates/common/softmax.cuh) do: the grid of query blocks, the KV tiles a block
-walks (causal limit, split-KV ranges, KEY_CTAS: each cluster rank's half and rank 0's merge of
+walks (causal limit, split-KV ranges, KEY_CTAS: each cluster rank's share and rank 0's merge of
 the others' partials), per consumer warpgroup its rows or (WG_SPLIT keys) its share of the tiles
 and the merge of the warpgroups' results, the unmasked prefix of tiles
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
@@ -319,13 +319,14 @@ def check_schedules(rng: random.Random) -> int:
                     bad += 1
                     print("SCHEDULE coverage", (n_mb, heads, batch, persistent, causal, ctas))
                 if not persistent:
-                    # KEY_CTAS 2: every (block, rank) once, a cluster's two CTAs on one block.
-                    n_x = 2 * n_mb
-                    got = sorted(schedule_unit(0, c, 0, n_mb, heads, batch, False, causal, 2) + (c % n_x % 2,)
-                                 for c in range(n_x * heads * batch))
-                    if got != sorted(u + (r,) for u in want for r in range(2)):
-                        bad += 1
-                        print("SCHEDULE clusters", (n_mb, heads, batch, causal))
+                    # KEY_CTAS 2 and 4: every (block, rank) once, a cluster's CTAs on one block.
+                    for kc in (2, 4):
+                        n_x = kc * n_mb
+                        got = sorted(schedule_unit(0, c, 0, n_mb, heads, batch, False, causal, kc) + (c % n_x % kc,)
+                                     for c in range(n_x * heads * batch))
+                        if got != sorted(u + (r,) for u in want for r in range(kc)):
+                            bad += 1
+                            print("SCHEDULE clusters", (n_mb, heads, batch, causal, kc))
                 if persistent and causal and n_mb % 2 == 0:
                     # Causal, seq_q = seq_kv, BLOCK_N = BLOCK_M: block m walks m + 1 tiles, a pair
                     # n_mb + 1; CTAs differ by at most one item.
@@ -492,8 +493,8 @@ def cases(quick: bool, rng: random.Random):
             kind = rng.choice(["random", "adversarial", "ramp", "steps"])
             keys = 2 <= cw <= 3 and rng.random() < 0.5  # WG_SPLIT keys: two or three warpgroups
             # SCHEDULER persistent (rows, no split), on its own grid or a smaller one; or KEY_CTAS 2
-            # (grid, no split: a cluster of two CTAs per block), at BLOCK_N 64 so that rank 1 gets
-            # tiles at 65 and 130 keys too.
+            # or 4 (grid, no split: a cluster of CTAs per block), at BLOCK_N 64 so that ranks past 0
+            # get tiles at 65 and 130 keys too.
             persistent = not keys and splits == 1 and rng.random() < 0.5
             cluster = not persistent and splits == 1 and rng.random() < 0.5
             if cluster:
@@ -503,7 +504,17 @@ def cases(quick: bool, rng: random.Random):
                 case["persistent"] = True
                 case["ctas"] = rng.choice([None, 1, 2])
             elif cluster:
-                case["key_ctas"] = 2
+                case["key_ctas"] = rng.choice([2, 4])
+            yield case
+    # KEY_CTAS 4 with every rank holding tiles (4 or 8 of 64 keys) and ranks 2-3 with none (causal,
+    # the first block), rows and keys.
+    for seq_q, seq_kv in [(65, 256), (130, 500), (200, 450)] if not quick else [(130, 500)]:
+        for causal in (False, True):
+            keys = rng.random() < 0.5
+            cw = rng.choice([2, 3]) if keys else rng.choice([1, 2])
+            case = make_case(rng, seq_q, seq_kv, causal, 64, cw, 1, rng.choice([0.125, -0.37]),
+                             rng.choice(["always", "lazy", "speculative"]), "random", keys)
+            case["key_ctas"] = 4
             yield case
 
 

@@ -365,14 +365,14 @@ fn four_consumer_warpgroups_compile_at_head_dim_64() {
     }
 }
 
-/// KEY_CTAS 2 (a cluster of two CTAs per query block, rank 1's partial merged into rank 0's
-/// through distributed shared memory) compiles for sm_90a without spills or a stack frame, with
-/// HGMMA, and launches twice the grid's query blocks in x: the Hopper search configs' cluster
-/// seeds at head dims 64 and 128 (f16 non-causal, bf16 causal), and at head dim 64 the cluster
-/// copies of two consumers owning rows (ping-pong), two and three consumers splitting the keys
-/// and four consumers.
+/// KEY_CTAS 2 and 4 (a cluster of that many CTAs per query block, the other ranks' partials
+/// merged into rank 0's through distributed shared memory) compile for sm_90a without spills or
+/// a stack frame, with HGMMA, and launch KEY_CTAS times the grid's query blocks in x: the Hopper
+/// search configs' cluster seeds at head dims 64 and 128 (f16 non-causal, bf16 causal), and at
+/// head dim 64 the cluster copies of two consumers owning rows (ping-pong), two and three
+/// consumers splitting the keys, four consumers, and the four-CTA genomes measured in session 29.
 #[test]
-fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
+fn key_ctas_clusters_compile_with_key_ctas_times_the_query_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let quick = std::fs::read_to_string(root().join("configs/sdpa_wgmma_quick.toml")).unwrap();
     let hd64 = std::fs::read_to_string(root().join("configs/sdpa_wgmma_hd64_search.toml")).unwrap();
@@ -383,6 +383,9 @@ fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
         "BLOCK_N=128,CONSUMER_WG=2,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=off,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=keys",
         "BLOCK_N=176,CONSUMER_WG=3,KEY_CTAS=2,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=3,SWIZZLE_BYTES=64,WARP_SPEC=on,WG_SPLIT=keys",
         "BLOCK_N=64,CONSUMER_WG=4,KEY_CTAS=2,LOADER=tma,OVERLAP=on,PINGPONG=on,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+        "BLOCK_N=64,CONSUMER_WG=1,KEY_CTAS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=false,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+        "BLOCK_N=128,CONSUMER_WG=1,KEY_CTAS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=40,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=false,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
+        "BLOCK_N=64,CONSUMER_WG=2,KEY_CTAS=4,LOADER=tma,OVERLAP=off,PINGPONG=off,PRODUCER_REGS=24,RESCALE=lazy,SCHEDULER=grid,SETMAXNREG=true,STAGES=2,SWIZZLE_BYTES=128,WARP_SPEC=on,WG_SPLIT=rows",
     ] {
         hd64_genomes.push(g.to_string());
     }
@@ -437,9 +440,10 @@ fn key_ctas_clusters_compile_with_twice_the_query_blocks() {
                 } else {
                     64 * consumers
                 };
+                let key_ctas = if g.contains("KEY_CTAS=4") { 4 } else { 2 };
                 assert_eq!(
                     launch[1]["grid"][0].as_u64().unwrap(),
-                    2 * seq.div_ceil(rows),
+                    key_ctas * seq.div_ceil(rows),
                     "{g}: {launch}"
                 );
             }
