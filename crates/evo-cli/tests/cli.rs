@@ -136,13 +136,19 @@ fn render_explains_bad_genomes() {
 fn compile_reports_resources() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");
+    let scratch = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
     let out = evo(tmp.path())
+        .env("TMPDIR", &scratch)
         .args(["--json", "compile", "--arch", "sm_90a", "--sass", "-c"])
         .arg(config())
         .args(["-g", GENOME, "--out"])
         .arg(&out_dir)
         .assert()
         .success();
+    // cuobjdump reads each CUBIN from the temporary folder; nothing of it is left there.
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     let reports = json(&out.get_output().stdout);
     let r = &reports[0];
     assert_eq!(r["success"], true);

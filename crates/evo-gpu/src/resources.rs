@@ -232,18 +232,12 @@ pub enum SassError {
 
 /// Runs `cuobjdump -sass` on a CUBIN and returns its text.
 pub fn disassemble(cuobjdump: &Path, cubin: &[u8]) -> Result<String, SassError> {
-    // One file per call: threads of one process may disassemble the same CUBIN at once
-    // (genomes whose code is equal for a specialization), and one's removal must not pull
-    // the file from under another's cuobjdump.
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("evo-sass-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("{:x}-{call}.cubin", sha2_prefix(cubin)));
+    // A folder of its own per call, removed with it: threads of one process may disassemble
+    // the same CUBIN at once (genomes whose code is equal for a specialization).
+    let dir = tempfile::Builder::new().prefix("evo-sass-").tempdir()?;
+    let file = dir.path().join("kernel.cubin");
     std::fs::write(&file, cubin)?;
-    let out = Command::new(cuobjdump).arg("-sass").arg(&file).output();
-    let _ = std::fs::remove_file(&file);
-    let out = out?;
+    let out = Command::new(cuobjdump).arg("-sass").arg(&file).output()?;
     if !out.status.success() {
         return Err(SassError::Failed {
             status: out.status.to_string(),
@@ -251,12 +245,6 @@ pub fn disassemble(cuobjdump: &Path, cubin: &[u8]) -> Result<String, SassError> 
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn sha2_prefix(bytes: &[u8]) -> u64 {
-    use sha2::{Digest, Sha256};
-    let d = Sha256::digest(bytes);
-    u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
