@@ -414,8 +414,10 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     // a producer (112 registers a consumer) four fit head dim 64 only. KEY_CTAS 2 (a cluster of two
     // CTAs per query block) adds a copy of the 1512 grid genomes with a TMA producer whose shared
     // memory still fits beside the other CTA's partials (a partial per consumer warpgroup);
-    // KEY_CTAS 4 a copy of the 108 whose shared memory fits beside three CTAs' partials.
-    assert_eq!(count, 8031);
+    // KEY_CTAS 4 a copy of the 108 whose shared memory fits beside three CTAs' partials. Less
+    // the 9 KEY_CTAS 2 genomes of three consumers splitting the keys without setmaxnreg and
+    // without 8 registers of slack (they spilled at head dim 128).
+    assert_eq!(count, 8022);
     assert_eq!(
         sources.len(),
         count,
