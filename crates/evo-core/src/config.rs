@@ -467,6 +467,14 @@ pub struct SearchConfig {
     pub text: String,
 }
 
+/// `shape` with the values of `spec` (a config's `[spec]`) it does not name: a config's own
+/// shapes, and one given elsewhere for it (`evo profile --shape`, `evo check --shape`).
+pub fn inherit_spec(spec: &Vars, shape: &Vars) -> Vars {
+    let mut vars = spec.clone();
+    vars.extend(shape.clone());
+    vars
+}
+
 fn table_to_vars(path: &Path, what: &str, table: &toml::Table) -> Result<Vars, ConfigError> {
     table
         .iter()
@@ -613,9 +621,10 @@ impl SearchConfig {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let mut vars = spec.clone();
-                vars.extend(table_to_vars(path, &format!("shape #{}", i + 1), t)?);
-                Ok(vars)
+                Ok(inherit_spec(
+                    &spec,
+                    &table_to_vars(path, &format!("shape #{}", i + 1), t)?,
+                ))
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         if let Some(key) = raw.search.unknown.keys().next() {

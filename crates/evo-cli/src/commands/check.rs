@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use evo_core::config::{
-    CorrectnessConfig, SearchConfig, StaticConfig, TimeoutConfig, TimingConfig,
+    inherit_spec, CorrectnessConfig, SearchConfig, StaticConfig, TimeoutConfig, TimingConfig,
 };
 use evo_core::{Target, Vars};
 use evo_eval::pipeline::{self, Candidate, CandidateShape, Evaluator, GateSettings, Verdict};
@@ -59,11 +59,8 @@ pub fn run(args: &CheckArgs, json: bool) -> Result<ExitCode> {
             }
             let mut shapes = c.shapes.clone();
             for s in &args.shape {
-                // The config's [spec] (DTYPE, CAUSAL) unless the shape names them, as its
-                // own shapes inherit it.
-                let mut shape = c.spec.clone();
-                shape.extend(evo_run::parse_flag_list("--shape", s)?.as_vars().clone());
-                shapes.push(shape);
+                let shape = evo_run::parse_flag_list("--shape", s)?;
+                shapes.push(inherit_spec(&c.spec, shape.as_vars()));
             }
             (
                 shapes,

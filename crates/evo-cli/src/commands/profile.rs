@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
-use evo_core::config::SearchConfig;
+use evo_core::config::{inherit_spec, SearchConfig};
 use evo_core::{Genome, Target, Vars};
 use evo_eval::profile::{self, LaunchPlan, ToolReport};
 use evo_eval::protocol::ShapeJob;
@@ -45,10 +45,9 @@ fn complete(problem: &dyn evo_kernels::Problem, text: &str) -> Result<Vars> {
 /// `--shape` over `spec` (a config's `[spec]`: its DTYPE and CAUSAL unless the shape names
 /// them, as the config's own shapes inherit them), completed by the problem.
 fn complete_with(problem: &dyn evo_kernels::Problem, spec: &Vars, text: &str) -> Result<Vars> {
-    let mut vars = spec.clone();
-    vars.extend(evo_run::parse_flag_list("--shape", text)?.as_vars().clone());
+    let shape = evo_run::parse_flag_list("--shape", text)?;
     problem
-        .complete_shape(&vars)
+        .complete_shape(&inherit_spec(spec, shape.as_vars()))
         .map_err(|e| anyhow!("--shape: {e}"))
 }
 
