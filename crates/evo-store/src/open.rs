@@ -187,21 +187,26 @@ async fn check_existing(path: &Path) -> Result<Existing, StoreError> {
     result
 }
 
-/// Opens the SQLite file at `path` on one connection of its own and closes it, if a `-wal` file
-/// is beside it: the last connection to close folds the log into the file and removes it
-/// with its `-shm` (see [`Store::close`]). Best effort, nothing to report: a file another
-/// process holds open keeps its log, and that process's close removes it.
-pub(crate) async fn fold_log(path: &Path) {
+/// The write-ahead log beside the SQLite file at `path`.
+fn wal_file(path: &Path) -> PathBuf {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
-    if !Path::new(&wal).exists() {
+    PathBuf::from(wal)
+}
+
+/// If a `-wal` file is beside the SQLite file at `path`: folds it into the file (a
+/// checkpoint) on one connection of its own and closes that, and the last connection to close
+/// removes the log with its `-shm` (see [`Store::close`]). Best effort, nothing to report: a
+/// file another process holds open keeps its log, and that process's close removes it.
+pub(crate) async fn fold_log(path: &Path) {
+    if !wal_file(path).exists() {
         return;
     }
     let options = SqliteConnectOptions::new()
         .filename(path)
         .busy_timeout(BUSY_TIMEOUT);
     if let Ok(mut conn) = options.connect().await {
-        // A connection opens the log only when it first reads the database.
+        // (A connection opens the log only when it first reads the database.)
         let _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
         let _ = conn.close().await;
     }
@@ -210,12 +215,10 @@ pub(crate) async fn fold_log(path: &Path) {
 /// Options that read the file without writing it or creating anything beside it (see
 /// [`check_existing`]).
 fn read_only_options(path: &Path) -> SqliteConnectOptions {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
     SqliteConnectOptions::new()
         .filename(path)
         .read_only(true)
-        .immutable(!Path::new(&wal).exists())
+        .immutable(!wal_file(path).exists())
         .busy_timeout(BUSY_TIMEOUT)
 }
 
