@@ -3,8 +3,8 @@
 
 A transcription (float64, plain Python) of what the kernel's index math and the shared softmax
 primitive (templates/common/softmax.cuh) do: the grid of query blocks, the KV tiles a block
-walks (causal limit, split-KV ranges, KEY_CTAS: each cluster rank's share and rank 0's merge of
-the others' partials), per consumer warpgroup its rows or (WG_SPLIT keys) its share of the tiles
+walks (causal limit, split-KV ranges, KEY_CTAS: each cluster rank's share and the merge of the
+ranks' partials in rank order), per consumer warpgroup its rows or (WG_SPLIT keys) its share of the tiles
 and the merge of the warpgroups' results, the unmasked prefix of tiles
 (`n_full`) and the per-row key limit of the masked ones (`lim`), per thread its columns
 (8 j + col_base + e, col_base = 2 (lane % 4)) with the quad reduction, the LogitScale (FFMA into
@@ -409,11 +409,11 @@ def kernel(case) -> dict[int, list[float]]:
                             r_lo = m0 + wg * 64 + warp * 16 + g
                             for h in range(2):
                                 emit(r_lo + 8 * h, m[h], l[h], o[h])
-        # Rank 0 (keys: its warpgroups merged first) merges the other ranks' partials: keys, one per
-        # warpgroup of each rank; rows, warpgroup wg's of each rank into its own.
+        # The ranks' partials merge in rank order (keys: each rank's warpgroups merged first; rows:
+        # warpgroup wg's of each rank). Each rank merges its own columns that way, the same sums.
         for (warp, g), by_rank in ranks.items():
             if keys:
-                m, l, o = merge([merge(by_rank[0])] + [p for r in by_rank[1:] for p in r])
+                m, l, o = merge([merge(r) for r in by_rank])
                 r_lo = m0 + warp * 16 + g
                 for h in range(2):
                     emit(r_lo + 8 * h, m[h], l[h], o[h])

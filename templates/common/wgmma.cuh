@@ -54,13 +54,13 @@ __device__ __forceinline__ unsigned swz_offset(int rows, int r, int b) {
 }
 
 // The write-out of an epilogue staged in shared memory: rows [0, ROWS) of an SW-byte-swizzled
-// tile (TILE_ROWS rows; row r is tile row tile_row0 + r, its bytes 0 .. ROW_BYTES - 1) go to
-// global memory as whole 16-byte chunks, row r at dst + r * dst_row_bytes, the rows below
-// rows_valid only; NT threads share the chunks, this one is `me`. dst and dst_row_bytes are
+// tile (TILE_ROWS rows; row r is tile row tile_row0 + r, its bytes col_byte0 .. col_byte0 +
+// ROW_BYTES - 1) go to global memory as whole 16-byte chunks, row r's to the same bytes of
+// dst + r * dst_row_bytes, the rows below rows_valid only; NT threads share the chunks, this one is `me`. dst and dst_row_bytes are
 // multiples of 16 (the sdpa ABI's output strides and base).
 template <int SW, int TILE_ROWS, int ROWS, int ROW_BYTES, int NT>
 __device__ __forceinline__ void store_staged_rows(unsigned char* dst, long long dst_row_bytes, int rows_valid,
-                                                  const unsigned char* tile, int tile_row0, int me) {
+                                                  const unsigned char* tile, int tile_row0, int me, int col_byte0 = 0) {
     enum : int { CHUNKS_PER_ROW = ROW_BYTES / 16, CHUNKS = ROWS * CHUNKS_PER_ROW };
     static_assert(ROW_BYTES % 16 == 0 && CHUNKS % NT == 0, "whole 16-byte chunks, the same count per thread");
 #pragma unroll
@@ -68,8 +68,8 @@ __device__ __forceinline__ void store_staged_rows(unsigned char* dst, long long 
         const int c = me + NT * i;
         const int r = c / CHUNKS_PER_ROW, ch = c % CHUNKS_PER_ROW;
         if (r < rows_valid) {
-            *reinterpret_cast<uint4*>(dst + r * dst_row_bytes + 16 * ch) =
-                *reinterpret_cast<const uint4*>(tile + swz_offset<SW>(TILE_ROWS, tile_row0 + r, 16 * ch));
+            *reinterpret_cast<uint4*>(dst + r * dst_row_bytes + col_byte0 + 16 * ch) =
+                *reinterpret_cast<const uint4*>(tile + swz_offset<SW>(TILE_ROWS, tile_row0 + r, col_byte0 + 16 * ch));
         }
     }
 }

@@ -411,13 +411,13 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
     // adds a copy of the 1965 with RESCALE lazy and a producer warpgroup. PSUM has the one value
     // f32 (mma measured slower, removed). CONSUMER_WG 4 adds 18: BLOCK_N 64 without a producer
     // warpgroup (512 threads, 128 registers each), every STAGES, SWIZZLE_BYTES and RESCALE; with
-    // a producer (112 registers a consumer) four fit head dim 64 only. KEY_CTAS 2 (a cluster of two
-    // CTAs per query block) adds a copy of the 1512 grid genomes with a TMA producer whose shared
-    // memory still fits beside the other CTA's partials (a partial per consumer warpgroup);
-    // KEY_CTAS 4 a copy of the 108 whose shared memory fits beside three CTAs' partials. Less
-    // the 9 KEY_CTAS 2 genomes of three consumers splitting the keys without setmaxnreg and
-    // without 8 registers of slack (they spilled at head dim 128).
-    assert_eq!(count, 8022);
+    // a producer (112 registers a consumer) four fit head dim 64 only. KEY_CTAS 2 and 4 (a cluster
+    // of two or four CTAs per query block) each add a copy of the 3033 grid genomes with a TMA
+    // producer whose shared memory still fits beside the other ranks' slice partials (per
+    // warpgroup owning rows, one per other rank: HEAD_DIM / KEY_CTAS columns and the row
+    // statistics) and that, splitting the keys, have 40 registers of slack (three consumers
+    // without setmaxnreg and with less spilled at head dim 128): 2259 and 2169.
+    assert_eq!(count, 10839);
     assert_eq!(
         sources.len(),
         count,
