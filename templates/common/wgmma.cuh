@@ -56,8 +56,9 @@ __device__ __forceinline__ unsigned swz_offset(int rows, int r, int b) {
 // The write-out of an epilogue staged in shared memory: rows [0, ROWS) of an SW-byte-swizzled
 // tile (TILE_ROWS rows; row r is tile row tile_row0 + r, its bytes col_byte0 .. col_byte0 +
 // ROW_BYTES - 1) go to global memory as whole 16-byte chunks, row r's to the same bytes of
-// dst + r * dst_row_bytes, the rows below rows_valid only; NT threads share the chunks, this one is `me`. dst and dst_row_bytes are
-// multiples of 16 (the sdpa ABI's output strides and base).
+// dst + r * dst_row_bytes, the rows below rows_valid only; NT threads share the chunks, this one
+// is `me`. dst, dst_row_bytes and col_byte0 are multiples of 16 (the sdpa ABI's output strides
+// and base).
 template <int SW, int TILE_ROWS, int ROWS, int ROW_BYTES, int NT>
 __device__ __forceinline__ void store_staged_rows(unsigned char* dst, long long dst_row_bytes, int rows_valid,
                                                   const unsigned char* tile, int tile_row0, int me, int col_byte0 = 0) {
