@@ -26,7 +26,7 @@ for name in $NAMES; do
   genome=$(sed 's/#.*//' "$GENOMES" | awk -v n="$name" '$1 == n {print $2}')
   [ -n "$genome" ] || { echo "no genome $name in $GENOMES" >&2; exit 1; }
   "$EVO" --json profile -c bench/gpu/fp8_ab_shapes.toml --templates "$t/templates" -g "$genome" \
-    --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" --tools "" > "$DEST/plan_$name.json"
+    --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" --tools none > "$DEST/plan_$name.json"
   src=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["kernel"])' "$DEST/plan_$name.json")
   "$EVO" run-once --problem sdpa_fwd_fp8 --source "$src" --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" \
     --plan "${src%.cu}.plan.json" > "$DEST/timeline_$name.txt" 2>&1

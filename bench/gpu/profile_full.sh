@@ -133,7 +133,7 @@ PY
       genome=$(genome_of "$name")
       [ -n "$genome" ] || { echo "no genome named $name in $GENOMES" | tee -a "$OUT/commands.txt"; continue; }
       run 60 "$OUT/plan_$tag.json" "$EVO" --json profile -c "$NCU_CONFIG" --templates templates -g "$genome" \
-        --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" --tools ""
+        --shape "BATCH=$b,HEADS=$h,SEQ_Q=$s,SEQ_KV=$s,HEAD_DIM=$d" --tools none
       src=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["kernel"])' "$OUT/plan_$tag.json" 2>/dev/null)
       [ -n "$src" ] || { echo "no plan for $tag (see $OUT/plan_$tag.json.err)" | tee -a "$OUT/commands.txt"; continue; }
       run 150 "$OUT/prof_$tag.log" ncu --set full --import-source yes -k regex:sdpa_fwd --launch-count 1 -f -o "$rep" \

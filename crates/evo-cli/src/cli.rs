@@ -389,7 +389,9 @@ pub enum Command {
         /// Launch rule for a file without an `// evo-launch:` header.
         #[arg(long)]
         launch: Option<String>,
-        /// Tools to run: ncu, memcheck, racecheck, initcheck, synccheck.
+        /// Tools to run: ncu, memcheck, racecheck, initcheck, synccheck; or `none`: only write
+        /// the kernel's source and launch plan and print the `evo run-once` line that launches it
+        /// (to wrap in a profiler of your own).
         #[arg(long, default_value = "ncu,memcheck,racecheck")]
         tools: String,
         #[arg(long, default_value_t = 0)]

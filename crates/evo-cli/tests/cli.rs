@@ -331,6 +331,42 @@ fn doctor_exit_code_matches_its_verdict() {
         .stdout(contains("NVRTC version 13."));
 }
 
+/// `evo profile --tools none` runs no tool: on a GPU it writes the kernel's plan and prints the
+/// `evo run-once` line to wrap in a profiler; without one it stops where the GPU is needed.
+/// Never a usage error (it was one: an empty --tools list is refused).
+#[test]
+fn profile_with_no_tool_prints_the_run_once_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "profile",
+        "tests/planted/gemm/j_correct.cu",
+        "--problem",
+        "gemm",
+        "--shape",
+        "M=64,N=64,K=64",
+        "--tools",
+        "none",
+    ];
+    if evo_gpu::device::probe().is_ok_and(|d| !d.devices.is_empty()) {
+        let a = evo(tmp.path()).args(args).assert().success();
+        let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+        assert!(out.contains("launch it once with: "), "{out}");
+        assert!(out.contains(" run-once --problem gemm --source "), "{out}");
+        assert!(!out.contains("memcheck"), "no tool ran: {out}");
+    } else {
+        evo(tmp.path())
+            .args(args)
+            .assert()
+            .code(3)
+            .stderr(contains("needs a GPU"));
+    }
+    evo(tmp.path())
+        .args(["profile", "tests/planted/gemm/j_correct.cu", "--problem", "gemm", "--tools", ","])
+        .assert()
+        .code(2)
+        .stderr(contains("--tools names no tool; give some of ncu, memcheck, racecheck, initcheck, synccheck, or none"));
+}
+
 #[test]
 fn gpu_commands_without_a_gpu_exit_3() {
     if evo_gpu::device::probe().is_ok_and(|d| !d.devices.is_empty()) {

@@ -35,6 +35,8 @@ struct Report {
     kernel: String,
     shape: String,
     launch: String,
+    /// The `evo run-once` command line that launches the kernel once (what the tools wrap).
+    run_once: Vec<String>,
     tools: Vec<(String, ToolReport)>,
 }
 
@@ -57,20 +59,28 @@ const TOOLS: [&str; 5] = ["ncu", "memcheck", "racecheck", "initcheck", "syncchec
 pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
     // `--tools` before anything runs (or a GPU is looked for): a usage error, whatever
     // this machine has.
-    let asked: Vec<&str> = o
+    // `none`: no tool, only the source, the plan and the `evo run-once` line.
+    let mut asked: Vec<&str> = o
         .tools
         .split(',')
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .collect();
-    if let Some(other) = asked.iter().find(|t| !TOOLS.contains(t)) {
-        crate::usage!(
-            "--tools: unknown tool `{other}`; give some of {}",
-            TOOLS.join(", ")
-        );
-    }
-    if asked.is_empty() {
-        crate::usage!("--tools names no tool; give some of {}", TOOLS.join(", "));
+    if asked == ["none"] {
+        asked.clear();
+    } else {
+        if let Some(other) = asked.iter().find(|t| !TOOLS.contains(t)) {
+            crate::usage!(
+                "--tools: unknown tool `{other}`; give some of {}, or none",
+                TOOLS.join(", ")
+            );
+        }
+        if asked.is_empty() {
+            crate::usage!(
+                "--tools names no tool; give some of {}, or none",
+                TOOLS.join(", ")
+            );
+        }
     }
     setup::gpus(&o.gpu.to_string())?;
     // What to launch: a source file, a problem, a shape and a launch rule.
@@ -207,6 +217,7 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
         kernel: source_path.display().to_string(),
         shape: shape_text,
         launch,
+        run_once: command,
         tools,
     };
     let clean = report.tools.iter().all(|(_, r)| match r {
@@ -229,6 +240,13 @@ pub fn run(templates: Option<&Path>, o: Options) -> Result<ExitCode> {
 
 fn print_human(report: &Report) -> Result<()> {
     outln!("{} on {} ({})", report.kernel, report.shape, report.launch)?;
+    if report.tools.is_empty() {
+        // (Quoted for a shell; an argument with a NUL byte, which none has, would be left as is.)
+        let line = shlex::try_join(report.run_once.iter().map(String::as_str))
+            .unwrap_or_else(|_| report.run_once.join(" "));
+        outln!("launch it once with: {line}")?;
+        return Ok(());
+    }
     let mut t = table(&["tool", "result"]);
     for (tool, r) in &report.tools {
         let text = match r {
