@@ -9,10 +9,11 @@ attn_implementation "sdpa" and "evo". Prints:
      layer): the output's strides and its difference from F.scaled_dot_product_attention's;
      per call in a loop of 200: host time (no synchronize inside the loop) and wall
      time (one synchronize at the end), for F.scaled_dot_product_attention on the views,
-     evo's op on the views (it copies q, k, v to contiguous), evo's op on contiguous copies,
-     the three copies alone, evo's kernels alone (kernel_launcher);
-  3. torch.profiler of one forward of each: the operators with the most self CPU time, and
-     the total CUDA time.
+     evo's op on the views (read in place where the variant's maps take the call's strides,
+     else copied to contiguous), evo's op on contiguous copies, the three copies alone, evo's
+     kernels alone (kernel_launcher) on the contiguous copies and on the views;
+  3. torch.profiler of one forward of each: the operators with the most self CPU time and
+     with the most CUDA time, and the total CUDA time.
 """
 import argparse
 import os
@@ -95,6 +96,11 @@ print(f"output strides: evo {o_evo.stride()}, F.sdpa {o_ref.stride()}; max |evo 
       f"(|F.sdpa| up to {o_ref.float().abs().max().item():.2f})")
 qc, kc, vc = q.contiguous(), k.contiguous(), v.contiguous()
 launch = evo_kernel.kernel_launcher(qc, kc, vc, True, scale)
+try:
+    launch_views = evo_kernel.kernel_launcher(q, k, v, True, scale)
+except evo_kernel.ArtifactError as e:  # the variant copies the views first
+    print(f"kernel_launcher on the views: {e}")
+    launch_views = None
 cases = {
     "F.sdpa on the views": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale),
     "evo op on the views": lambda: evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale),
@@ -103,6 +109,8 @@ cases = {
     "three .contiguous()": lambda: (q.contiguous(), k.contiguous(), v.contiguous()),
     "evo kernels alone": lambda: launch(qc, kc, vc),
 }
+if launch_views is not None:
+    cases["evo kernels alone, views"] = lambda: launch_views(q, k, v)
 with torch.inference_mode():
     for label, f in cases.items():
         for _ in range(20):
@@ -133,3 +141,4 @@ for impl in ("sdpa", name):
     cpu = sum(e.self_cpu_time_total for e in ev) / 1e3
     print(f"\nprofile {impl}: self CPU {cpu:.2f} ms, CUDA {cuda:.2f} ms; top self CPU:")
     print(ev.table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
+    print(ev.table(sort_by="self_cuda_time_total", row_limit=8, max_name_column_width=60))

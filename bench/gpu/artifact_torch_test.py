@@ -10,7 +10,10 @@ artifact's kernels (not the fallback) served the calls (evo_kernel.stats()):
     graphs, three calls (warm-up, record, replay) with new inputs;
   * torch.cuda.graph capture of an eager call, replayed over new data copied into the
     static inputs;
-  * the op itself falls back (a mask) to PyTorch's SDPA, counted.
+  * the op itself falls back (a mask) to PyTorch's SDPA, counted;
+  * every specialization and shape of the dispatch table with q, k and v in a model's
+    (batch, seq, heads, dim) layout and in a padded, permuted one: against PyTorch's SDPA,
+    and read in place (no copy) wherever the variant does not declare them contiguous.
 """
 import os
 import sys
@@ -118,8 +121,53 @@ def test_op_falls_back_inside():
     return f"a masked call through the op went to PyTorch's SDPA (counted), rel L2 {err:.1e}"
 
 
+def strided(x, layout):
+    """x (batch, heads, seq, dim) as a view of other storage: "bshd" (a model's
+    x.view(b, s, h, d).transpose(1, 2)) or "padded" (seq outermost, 8 elements after each row
+    and 16 after each head)."""
+    b, h, s, d = x.shape
+    if layout == "bshd":
+        base = torch.empty(b, s, h, d, dtype=x.dtype, device=x.device)
+        view = base.transpose(1, 2)
+    else:
+        base = torch.full((s, b, h * (d + 8) + 16), float("nan"), dtype=x.dtype, device=x.device)
+        view = base[:, :, : h * (d + 8)].unflatten(2, (h, d + 8))[..., :d].permute(1, 2, 0, 3)
+    view.copy_(x)
+    return view
+
+
+def test_strided_inputs_in_place():
+    served, cases = 0, 0
+    for e in evo_kernel.MANIFEST["dispatch"]["table"]:
+        sp, sh = e["specialization"], e["shape"]
+        if not sh:
+            continue
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[sp["DTYPE"]]
+        declared = evo_kernel._VARIANTS[e["variant"]].get("contiguous", [])
+        shape_q = (sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sp["HEAD_DIM"])
+        shape_kv = (sh["BATCH"], sh["HEADS"], sh["SEQ_KV"], sp["HEAD_DIM"])
+        g = torch.Generator(device="cuda").manual_seed(cases)
+        q, k, v = (torch.randn(s, device="cuda", dtype=dtype, generator=g) for s in (shape_q, shape_kv, shape_kv))
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=sp["CAUSAL"])
+        tol = 2e-2 if dtype == torch.bfloat16 else 5e-3
+        for layout in ("bshd", "padded"):
+            sq, sk, sv = (strided(x, layout) for x in (q, k, v))
+            evo_kernel.reset_stats()
+            out = evo_kernel.scaled_dot_product_attention(sq, sk, sv, is_causal=sp["CAUSAL"])
+            st = evo_kernel.stats()
+            err = rel_l2(out, ref)
+            where = f"{e['variant']} on {shape_q} causal={sp['CAUSAL']} {sp['DTYPE']}, {layout}"
+            assert err < tol, f"{where}: rel L2 {err:.2e} against PyTorch's SDPA"
+            copied = {n for n in st["copies"] if n not in declared}
+            assert not copied, f"{where}: copied {sorted(copied)} though the variant reads them in place"
+            cases += 1
+            served += st["evo"]
+    assert served, "no case ran on the artifact's kernels"
+    return f"{cases} calls (every table entry, two layouts), {served} on evo's kernels, no undeclared copies"
+
+
 TESTS = [test_torch_compile_fullgraph, test_torch_compile_reduce_overhead, test_cuda_graph_capture,
-         test_op_falls_back_inside]
+         test_op_falls_back_inside, test_strided_inputs_in_place]
 
 if __name__ == "__main__":
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; artifact {ART}, op {evo_kernel.OP}")

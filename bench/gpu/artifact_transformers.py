@@ -8,8 +8,11 @@ Picks the dtype (bf16 when the artifact has it) and head dim (64 or 128) of the 
 causal kernels. Checks: every attention call of the evo model ran the artifact's kernels
 (evo_kernel.stats(): no fallback), and its logits are as close to a float32 forward of
 the same model as the sdpa model's are (rel L2 at most twice the sdpa model's, or 1e-3);
-reports both errors and the forward latency of both (eager, median of --iters, after
-warm-up). Exits 1 when a check fails.
+reports both errors and the forward latency of both: eager (the two taking turns, --rounds
+rounds of --iters forwards each after warm-up; the median of each one's forwards, and its
+rounds' medians, since a forward this small is bound by the host's Python and varies with the
+machine's load) and replayed from a CUDA graph of one forward (the GPU's time alone; said and
+skipped where capture fails). Exits 1 when a check fails.
 """
 import argparse
 import os
@@ -24,6 +27,7 @@ ap.add_argument("--layers", type=int, default=4)
 ap.add_argument("--batch", type=int, default=2)
 ap.add_argument("--seq", type=int, default=1024)
 ap.add_argument("--iters", type=int, default=20)
+ap.add_argument("--rounds", type=int, default=5)
 args = ap.parse_args()
 sys.path.insert(0, os.path.abspath(args.dir))
 import evo_kernel  # noqa: E402
@@ -81,22 +85,64 @@ diff = out[name] - out["sdpa"]
 print(f"  evo vs sdpa logits: rel L2 {float(diff.norm() / out['sdpa'].norm()):.2e}, max abs {float(diff.abs().max()):.2e}")
 print(f"  evo_kernel.stats() for one forward: {served}")
 
-times = {}
-for impl in ("sdpa", name):
-    use(impl)
-    for _ in range(3):
-        logits()
-    torch.cuda.synchronize()
+
+def timed_forwards(n):
+    """Wall time of each of n eager forwards, ms."""
     ts = []
-    for _ in range(args.iters):
+    for _ in range(n):
         t = time.perf_counter()
         logits()
         torch.cuda.synchronize()
         ts.append((time.perf_counter() - t) * 1e3)
-    ts.sort()
-    times[impl] = ts[len(ts) // 2]
-print(f"forward latency (median of {args.iters}): sdpa {times['sdpa']:.2f} ms, evo {times[name]:.2f} ms "
-      f"({times['sdpa'] / times[name]:.2f}x)")
+    return ts
+
+
+each = {"sdpa": [], name: []}
+rounds = {"sdpa": [], name: []}
+for impl in ("sdpa", name):
+    use(impl)
+    timed_forwards(3)
+for _ in range(args.rounds):
+    for impl in ("sdpa", name):
+        use(impl)
+        ts = timed_forwards(args.iters)
+        each[impl] += ts
+        rounds[impl].append(sorted(ts)[len(ts) // 2])
+times = {impl: sorted(ts)[len(ts) // 2] for impl, ts in each.items()}
+print(f"forward latency, eager ({args.rounds} rounds of {args.iters}, taking turns): median sdpa {times['sdpa']:.2f} ms, "
+      f"evo {times[name]:.2f} ms ({times['sdpa'] / times[name]:.2f}x); round medians sdpa "
+      f"{' '.join(f'{t:.2f}' for t in rounds['sdpa'])}, evo {' '.join(f'{t:.2f}' for t in rounds[name])}")
+
+
+def graph_forward_ms(impl):
+    """Median time of one forward replayed from a CUDA graph (the GPU's time, no host), ms."""
+    use(impl)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            logits()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        logits()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(args.iters):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        ts.append(start.elapsed_time(end))
+    return sorted(ts)[len(ts) // 2]
+
+
+try:
+    graph = {impl: graph_forward_ms(impl) for impl in ("sdpa", name)}
+    print(f"forward latency, one CUDA graph (median of {args.iters} replays): sdpa {graph['sdpa']:.3f} ms, "
+          f"evo {graph[name]:.3f} ms ({graph['sdpa'] / graph[name]:.2f}x)")
+except Exception as e:  # a model whose forward cannot be captured: eager only
+    print(f"forward latency, one CUDA graph: not measured, capture failed: {type(e).__name__}: {e}")
 
 ok = True
 if served["fallback"] or served["evo"] != args.layers:

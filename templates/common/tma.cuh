@@ -62,6 +62,18 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
         : "memory");
 }
 
+// The same for a 4-D tensor map, box at (c0, c1, c2, c3).
+__device__ __forceinline__ void tma_load_4d(void* dst, const TmaDescriptor* map,
+                                            unsigned long long* bar, int c0, int c1, int c2, int c3) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(d),
+        "l"(map), "r"(b), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (TMA,
 // wgmma operand reads): call after writing shared memory by threads and before a barrier
 // that hands it to wgmma or a TMA store.

@@ -374,12 +374,17 @@ def _decide(q, k, v, is_causal, scale, capability=None):
                         tensor = label = t["param"]
                         if math.prod(dims) != math.prod(tensor_shapes[label]):
                             raise ArtifactError(f"tensor map over {label}: dims {dims} do not cover its {tensor_shapes[label]} elements")
-                        if label != "o" and label not in copies and not _is_contiguous(tensor_shapes[label], strides[label]):
+                        if (not t.get("strides") and label != "o" and label not in copies
+                                and not _is_contiguous(tensor_shapes[label], strides[label])):
                             raise ArtifactError(f"variant {variant['name']} reads {label} through a TMA tensor map but does not declare it contiguous")
-                    tmap_strides, s = [], elem
-                    for n in dims[:-1]:
-                        s *= n
-                        tmap_strides.append(s)
+                    if t.get("strides"):
+                        # The call's own strides (ABI parameters, in elements).
+                        tmap_strides = [values[p] * elem for p in t["strides"]]
+                    else:
+                        tmap_strides, s = [], elem
+                        for n in dims[:-1]:
+                            s *= n
+                            tmap_strides.append(s)
                     args.append((f"tensor_map({label})", "tensor_map",
                                  {"tensor": tensor, "elem": t["elem"], "dims": dims, "strides_bytes": tmap_strides,
                                   "box": [eval_expr(e, env) for e in t["box_dims"]], "swizzle_bytes": t["swizzle_bytes"]}))

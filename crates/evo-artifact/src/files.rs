@@ -139,14 +139,21 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
          inline long long round_up(long long a, long long b) { return ceil_div(a, b) * b; }\n\
          inline long long min(long long a, long long b) { return a < b ? a : b; }\n\
          inline long long max(long long a, long long b) { return a > b ? a : b; }\n\n\
-         // A tiled tensor map over a contiguous tensor of dims[0..rank) elements (innermost first):\n\
-         // no interleave, element strides 1, L2 promotion 128 B, out-of-bounds elements read as zero.\n\
+         // A tiled tensor map over a tensor of dims[0..rank) elements (innermost first), contiguous or\n\
+         // (strides: rank - 1 entries, in elements) with the caller's strides for the dimensions after\n\
+         // the first: no interleave, element strides 1, L2 promotion 128 B, out-of-bounds elements read\n\
+         // as zero.\n\
          inline CUresult encode_tensor_map(CUtensorMap* map, CUtensorMapDataType dtype, CUdeviceptr address,\n\
          \x20                                 unsigned rank, const cuuint64_t* dims, unsigned elem_bytes,\n\
-         \x20                                 const cuuint32_t* box, CUtensorMapSwizzle swizzle) {\n\
+         \x20                                 const cuuint32_t* box, CUtensorMapSwizzle swizzle,\n\
+         \x20                                 const long long* strides_elems = nullptr) {\n\
          \x20   cuuint64_t strides[4];\n\
          \x20   cuuint64_t stride = elem_bytes;\n\
-         \x20   for (unsigned i = 0; i + 1 < rank; ++i) { stride *= dims[i]; strides[i] = stride; }\n\
+         \x20   for (unsigned i = 0; i + 1 < rank; ++i) {\n\
+         \x20       stride *= dims[i];\n\
+         \x20       if (strides_elems && strides_elems[i] < 0) return CUDA_ERROR_INVALID_VALUE;\n\
+         \x20       strides[i] = strides_elems ? (cuuint64_t)strides_elems[i] * elem_bytes : stride;\n\
+         \x20   }\n\
          \x20   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};\n\
          \x20   return cuTensorMapEncodeTiled(map, dtype, rank, reinterpret_cast<void*>(address), dims, strides, box,\n\
          \x20                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,\n\
@@ -346,12 +353,26 @@ pub(crate) fn kernel_h(m: &Manifest) -> Result<String> {
                                         (MappedBuffer::Input, param) => param.to_string(),
                                         (MappedBuffer::Scratch, name) => format!("scratch_{name}"),
                                     };
+                                let strides = if t.strides.is_empty() {
+                                    String::new()
+                                } else {
+                                    writeln!(
+                                        h,
+                                        "        const long long strides{j}[] = {{{}}};",
+                                        t.strides
+                                            .iter()
+                                            .map(|p| format!("(long long)({p})"))
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    )?;
+                                    format!(", strides{j}")
+                                };
                                 writeln!(
                                     h,
                                     "        const cuuint64_t dims{j}[] = {{{}}};\n\
                                      \x20       const cuuint32_t box{j}[] = {{{}}};\n\
                                      \x20       CUtensorMap a{j};\n\
-                                     \x20       r = encode_tensor_map(&a{j}, {}, {}, {}, dims{j}, {}, box{j}, CU_TENSOR_MAP_SWIZZLE_{});\n\
+                                     \x20       r = encode_tensor_map(&a{j}, {}, {}, {}, dims{j}, {}, box{j}, CU_TENSOR_MAP_SWIZZLE_{}{strides});\n\
                                      \x20       if (r != CUDA_SUCCESS) return r;",
                                     t.dims.iter().map(|e| format!("(cuuint64_t)({e})")).collect::<Vec<_>>().join(", "),
                                     t.box_dims.iter().map(|e| format!("(cuuint32_t)({e})")).collect::<Vec<_>>().join(", "),

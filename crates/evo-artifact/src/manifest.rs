@@ -13,6 +13,7 @@ use evo_core::launch::LaunchRule;
 use evo_core::{Expr, Genome, LaunchDims, Value, Vars};
 use evo_gpu::resources::KernelResources;
 use evo_kernels::harness::{dtype, ArgSlot, ElemType, MappedBuffer};
+pub use evo_kernels::problem::{abi_params, AbiParam};
 use evo_kernels::{ArgRef, Family, ScratchRule};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -117,16 +118,6 @@ pub struct Abi {
     pub params: Vec<AbiParam>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AbiParam {
-    pub name: String,
-    /// C type as written in the signature (`const T*`, `int`, `long long`, `float`).
-    pub ctype: String,
-    /// `pointer`, `i32`, `i64` or `f32`: how a caller packs it.
-    pub kind: String,
-}
-
 /// One compiled kernel: a genome in one specialization.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -215,8 +206,8 @@ pub enum LaunchArg {
 
 /// A tiled TMA tensor map (`cuTensorMapEncodeTiled`) over the tensor of an ABI pointer
 /// parameter (`param`) or a scratch buffer (`scratch`; exactly one of the two is given),
-/// viewed as a contiguous tensor of `dims` elements (innermost first; byte strides are the
-/// running products of the dimensions), read in `box_dims` boxes, with element type the
+/// viewed as a tensor of `dims` elements (innermost first; byte strides are the running
+/// products of the dimensions, or the `strides` parameters times the element size), read in `box_dims` boxes, with element type the
 /// tensor's, no interleave, element strides 1, `swizzle_bytes` shared-memory swizzle (0,
 /// 32, 64, 128), L2 promotion 128 bytes, out-of-bounds elements read as zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -232,6 +223,10 @@ pub struct TensorMapText {
     pub dims: Vec<String>,
     pub box_dims: Vec<String>,
     pub swizzle_bytes: u32,
+    /// The ABI integer parameters (in elements) that give the strides of the dimensions after
+    /// the first, the call's own; empty (and absent in older manifests): contiguous.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strides: Vec<String>,
 }
 
 impl TensorMapText {
@@ -623,50 +618,6 @@ pub(crate) fn check_files(dir: &Path, m: &Manifest) -> Result<FileChecks> {
     Ok((out, extra))
 }
 
-/// The parameters of an ABI text's first line-spanning signature
-/// `extern "C" __global__ void NAME(TYPE name, ...)`.
-pub(crate) fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
-    let open = abi.find('(').ok_or("the ABI text has no `(`")?;
-    let close = abi[open..]
-        .find(')')
-        .map(|i| open + i)
-        .ok_or("the ABI text has no `)`")?;
-    let mut params = Vec::new();
-    for part in abi[open + 1..close].split(',') {
-        let part = part.split_whitespace().collect::<Vec<_>>().join(" ");
-        let split = part
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .ok_or_else(|| format!("cannot read parameter `{part}`"))?;
-        let (ctype, name) = (
-            part[..=split].trim().to_string(),
-            part[split + 1..].to_string(),
-        );
-        if name.is_empty() || ctype.is_empty() {
-            return Err(format!("cannot read parameter `{part}`"));
-        }
-        let kind = if ctype.ends_with('*') {
-            "pointer"
-        } else {
-            match ctype.as_str() {
-                "int" => "i32",
-                "long long" | "int64_t" => "i64",
-                "float" => "f32",
-                other => {
-                    return Err(format!(
-                        "parameter `{name}` has type `{other}`, which the artifact cannot pack"
-                    ))
-                }
-            }
-        };
-        params.push(AbiParam {
-            name,
-            ctype,
-            kind: kind.into(),
-        });
-    }
-    Ok(params)
-}
-
 /// A variant's launches as the manifest states them (see [`Variant::launches`]).
 pub(crate) struct LaunchTexts {
     pub launches: Vec<LaunchRuleText>,
@@ -770,6 +721,7 @@ pub(crate) fn launch_texts(
                             dims,
                             boxes,
                             swizzle,
+                            strides,
                         } => out.push(LaunchArg::TensorMap(TensorMapText {
                             param: match of {
                                 MappedBuffer::Input => Some(slot_name(ArgSlot::Input(*buffer))?),
@@ -819,6 +771,7 @@ pub(crate) fn launch_texts(
                                             .map_err(|e| format!("{what}: {e}"))
                                     })?
                             },
+                            strides: strides.iter().map(|&i| params[i].name.clone()).collect(),
                         })),
                     }
                 }
@@ -937,6 +890,11 @@ impl VariantLaunches {
                                             .map(parse)
                                             .collect::<Result<_>>()?,
                                         swizzle: Expr::int(t.swizzle_bytes.into()),
+                                        strides: t
+                                            .strides
+                                            .iter()
+                                            .map(|name| param(name))
+                                            .collect::<Result<_>>()?,
                                     }
                                 }
                             })

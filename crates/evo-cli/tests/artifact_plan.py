@@ -1,7 +1,8 @@
 """Drives an artifact's evo_kernel.plan() with fake tensors (no torch, no GPU) for
 crates/evo-cli/tests/export.rs: prints JSON with the plan of every shape in the
 manifest, for each unusual call the error (a call the kernels do not serve) or the
-inputs copied to contiguous first, and the dispatch picks of a few shapes."""
+inputs copied to contiguous first, the tensor maps of a call in a model's (batch, seq,
+heads, dim) layout, and the dispatch picks of a few shapes."""
 import json, os, sys
 
 sys.path.insert(0, sys.argv[1])
@@ -40,6 +41,15 @@ cases = {
     "mixed_dtypes": lambda: ek.plan(Fake((1, 8, 64, 64), dtype="torch.bfloat16"), *qkv(1, 8, 64, 64, 64)[1:]),
     "grid_z": lambda: ek.plan(*qkv(70000, 1, 64, 64, 64)),
 }
+# q, k and v as a model's x.view(b, s, h, d).transpose(1, 2), on the first shape.
+sh = ek.MANIFEST["variants"][0]["shapes"][0]["shape"]
+b, h, sq, skv, d = sh["BATCH"], sh["HEADS"], sh["SEQ_Q"], sh["SEQ_KV"], sh["HEAD_DIM"]
+dtype = {"f16": "torch.float16", "bf16": "torch.bfloat16"}[sh["DTYPE"]]
+bshd = [Fake((b, h, s, d), dtype=dtype, ptr=4096 * (i + 1), strides=(s * h * d, d, h * d, 1))
+        for i, s in enumerate((sq, skv, skv))]
+p = ek.plan(*bshd, causal=sh["CAUSAL"])
+out["bshd"] = {"shape": sh, "copies": list(p.copies),
+               "maps": [a[2] for a in p.as_dict()["launches"][0]["args"] if a[1] == "tensor_map"]}
 out["copies"] = {}
 for name, call in cases.items():
     try:

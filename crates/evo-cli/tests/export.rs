@@ -550,7 +550,8 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
         let expected = problem.args(&shape);
         assert_eq!(args.len(), expected.len() + tmaps);
         // The tensor maps after the ABI (the Hopper family's q, k, v): each tensor as a
-        // contiguous (HEAD_DIM, seq, BATCH * HEADS) tensor read in 64-column boxes.
+        // (HEAD_DIM, seq, HEADS, BATCH) tensor over the call's strides (here contiguous) read
+        // in 64-column boxes.
         let int = |k: &str| shape[k].as_int().unwrap() as u64;
         let c = &variant["constants"];
         for (i, a) in args[expected.len()..].iter().enumerate() {
@@ -566,9 +567,9 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
                 serde_json::json!({
                     "elem": shape["DTYPE"].to_string(),
                     "address": 4096 * (i as u64 + 1),
-                    "dims": [d, seq, int("BATCH") * int("HEADS")],
-                    "strides_bytes": [d * 2, d * seq * 2],
-                    "box": [64, rows, 1],
+                    "dims": [d, seq, int("HEADS"), int("BATCH")],
+                    "strides_bytes": [d * 2, d * seq * 2, d * seq * int("HEADS") * 2],
+                    "box": [64, rows, 1, 1],
                     "swizzle_bytes": 128,
                 }),
                 "{a}"
@@ -614,22 +615,38 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
         assert!(got.contains(text), "{case}: {got}");
     }
     // Layouts the kernels cannot read are copied to contiguous first: a strided last
-    // dimension, strides that are not multiples of 8 elements, and (for a variant that
-    // reads it through a tensor map: the family declares it contiguous) padded rows.
-    // Misaligned data is cloned at call time (plan() does not see addresses).
+    // dimension, strides that are not multiples of 8 elements. Padded rows are read in place
+    // (the Hopper family's maps take the call's strides). Misaligned data is cloned at call
+    // time (plan() does not see addresses).
     let copies = &report["copies"];
     for case in ["last_dim_strided", "seq_stride_odd"] {
         assert_eq!(copies[case], serde_json::json!(["q"]), "{case}");
     }
-    assert_eq!(copies["misaligned"], serde_json::json!([]));
-    assert_eq!(
-        copies["padded_rows"],
-        if tmaps > 0 {
-            serde_json::json!(["q"])
-        } else {
-            serde_json::json!([])
-        }
-    );
+    for case in ["misaligned", "padded_rows"] {
+        assert_eq!(copies[case], serde_json::json!([]), "{case}");
+    }
+    // A model's (batch, seq, heads, dim) views: read in place, each map stepping over rows
+    // HEADS * HEAD_DIM apart, heads HEAD_DIM apart, batches SEQ * HEADS * HEAD_DIM apart.
+    let bshd = &report["bshd"];
+    assert_eq!(bshd["copies"], serde_json::json!([]));
+    let maps = bshd["maps"].as_array().unwrap();
+    assert_eq!(maps.len(), tmaps);
+    let sh = &bshd["shape"];
+    let int = |k: &str| sh[k].as_u64().unwrap();
+    let (h, d) = (int("HEADS"), int("HEAD_DIM"));
+    for (i, m) in maps.iter().enumerate() {
+        let seq = if i == 0 { int("SEQ_Q") } else { int("SEQ_KV") };
+        assert_eq!(
+            m["dims"],
+            serde_json::json!([d, seq, h, int("BATCH")]),
+            "{m}"
+        );
+        assert_eq!(
+            m["strides_bytes"],
+            serde_json::json!([h * d * 2, d * 2, seq * h * d * 2]),
+            "{m}"
+        );
+    }
 }
 
 /// A fake libcuda.so.1 built from tests/fake_cuda/libcuda.c into `dir`, or None (with
@@ -865,11 +882,11 @@ fn check_python_launch(dir: &Path, tmaps: usize) {
                 (skv, c["BLOCK_N"].as_i64().unwrap())
             };
             let encode = format!(
-                "tmap aligned 1 dtype {} rank 3 address {p} dims {d} {seq} {} strides {} {} box 64 {rows} 1 element_strides 1 1 1 interleave 0 swizzle 3 l2 2 oob 0",
+                "tmap aligned 1 dtype {} rank 4 address {p} dims {d} {seq} {h} {b} strides {} {} {} box 64 {rows} 1 1 element_strides 1 1 1 1 interleave 0 swizzle 3 l2 2 oob 0",
                 if call["dtype"] == "bf16" { 9 } else { 6 },
-                b * h,
                 d * 2,
-                d * seq * 2
+                d * seq * 2,
+                d * seq * h * 2
             );
             assert!(log.contains(&encode), "{encode}\n{log}");
         }
@@ -1715,8 +1732,8 @@ fn export_of_a_family_with_tensor_map_arguments() {
     assert_eq!(m["sources"][0]["family"], "sdpa_fwd_wgmma");
     for v in m["variants"].as_array().unwrap() {
         assert_eq!(v["family"], "sdpa_fwd_wgmma");
-        // TMA reads q, k, v whatever their strides: the family declares them contiguous.
-        assert_eq!(v["contiguous"], serde_json::json!(["q", "k", "v"]));
+        // The maps take each call's strides: nothing is declared contiguous.
+        assert_eq!(v["contiguous"], serde_json::json!([]), "{v}");
         let launches = v["launches"].as_array().unwrap();
         assert_eq!(launches.len(), 1);
         let args = launches[0]["args"].as_array().unwrap();
@@ -1728,9 +1745,10 @@ fn export_of_a_family_with_tensor_map_arguments() {
             serde_json::json!({"tensor_map": {
                 "param": "q",
                 "elem": v["specialization"]["DTYPE"],
-                "dims": ["HEAD_DIM", "SEQ_Q", "BATCH * HEADS"],
-                "box_dims": ["SWIZZLE_BYTES / 2", "BLOCK_M", "1"],
+                "dims": ["HEAD_DIM", "SEQ_Q", "HEADS", "BATCH"],
+                "box_dims": ["SWIZZLE_BYTES / 2", "BLOCK_M", "1", "1"],
                 "swizzle_bytes": 128,
+                "strides": ["q_seq_stride", "q_head_stride", "q_batch_stride"],
             }})
         );
         assert_eq!(args[23]["tensor_map"]["param"], "v");
@@ -2664,15 +2682,10 @@ fn per_shape_export_over_two_runs_of_two_families() {
     assert_eq!(variants.len(), 8);
     for v in variants {
         let name = v["name"].as_str().unwrap();
-        let (run, family, genome, contiguous) = if name.ends_with(w) {
-            (
-                "hopper",
-                "sdpa_fwd_wgmma",
-                W,
-                serde_json::json!(["q", "k", "v"]),
-            )
+        let (run, family, genome) = if name.ends_with(w) {
+            ("hopper", "sdpa_fwd_wgmma", W)
         } else {
-            ("night", "sdpa_fwd_mma", A, serde_json::json!([]))
+            ("night", "sdpa_fwd_mma", A)
         };
         assert_eq!(
             (
@@ -2683,7 +2696,9 @@ fn per_shape_export_over_two_runs_of_two_families() {
             (Some(run), Some(family), Some(genome)),
             "{name}"
         );
-        assert_eq!(v["contiguous"], contiguous, "{name}");
+        // Neither family reads a tensor in the contiguous layout only (the Hopper one's tensor
+        // maps take the call's strides).
+        assert_eq!(v["contiguous"], serde_json::json!([]), "{name}");
     }
     // The Hopper variant of the shape both runs measured carries its own run's time.
     let won = variants

@@ -138,17 +138,20 @@ pub enum ArgRef {
     /// The problem's ABI argument at this index of [`Problem::args`] (how an exported
     /// artifact's launch names an ABI parameter).
     Abi(usize),
-    /// `tmap:NAME:DIMS:BOX:SWIZZLE`: a TMA tensor map over input or scratch buffer `NAME`
-    /// (`buffer` of the call's inputs or scratch buffers, `of`) viewed as a contiguous
-    /// tensor of `dims` (innermost first, `;`-separated expressions), read in `boxes`
-    /// boxes, shared-memory swizzle `swizzle` bytes (an expression of the genome that
-    /// evaluates to 0, 32, 64 or 128).
+    /// `tmap:NAME:DIMS:BOX:SWIZZLE[:STRIDES]`: a TMA tensor map over input or scratch
+    /// buffer `NAME` (`buffer` of the call's inputs or scratch buffers, `of`) as a tensor of
+    /// `dims` (innermost first, `;`-separated expressions), read in `boxes` boxes,
+    /// shared-memory swizzle `swizzle` bytes (an expression of the genome that evaluates to
+    /// 0, 32, 64 or 128). Without STRIDES the tensor is contiguous; with it, each dimension
+    /// after the first strides by the problem's ABI argument named there (`;`-separated
+    /// integer parameters, in elements: `strides` holds their ABI indices), the call's own.
     TensorMap {
         buffer: usize,
         of: MappedBuffer,
         dims: Vec<Expr>,
         boxes: Vec<Expr>,
         swizzle: Expr,
+        strides: Vec<usize>,
     },
 }
 
@@ -641,6 +644,12 @@ impl Family {
             probe.insert(v.name.to_string(), v.probe_value());
         }
         let input_names: Vec<String> = problem.inputs(&probe).into_iter().map(|t| t.name).collect();
+        let abi_params =
+            crate::problem::abi_params(problem.abi()).map_err(|e| FamilyError::Invalid {
+                path: path.to_path_buf(),
+                line: None,
+                message: format!("problem `{}`: its ABI text: {e}", problem.name()),
+            })?;
         let output_name = problem.output(&probe).name;
         for s in &scratch {
             if input_names.contains(&s.name) || s.name == output_name {
@@ -734,10 +743,16 @@ impl Family {
                             ArgRef::List(name.to_string())
                         } else if let Some(spec) = a.strip_prefix("tmap:") {
                             let parts: Vec<&str> = spec.split(':').collect();
-                            let [name, dims, boxes, swizzle] = parts[..] else {
-                                return Err(at(format!(
-                                    "`{a}`: write tmap:NAME:DIM0;DIM1;...:BOX0;BOX1;...:SWIZZLE (NAME an input or a [[scratch]] buffer; dimensions innermost first)"
-                                )));
+                            let (name, dims, boxes, swizzle, strides) = match parts[..] {
+                                [name, dims, boxes, swizzle] => (name, dims, boxes, swizzle, None),
+                                [name, dims, boxes, swizzle, strides] => {
+                                    (name, dims, boxes, swizzle, Some(strides))
+                                }
+                                _ => {
+                                    return Err(at(format!(
+                                        "`{a}`: write tmap:NAME:DIM0;DIM1;...:BOX0;BOX1;...:SWIZZLE, or with :STRIDE1;STRIDE2;... after it (NAME an input or a [[scratch]] buffer; dimensions innermost first; each STRIDE an integer ABI parameter of the problem, in elements)"
+                                    )))
+                                }
                             };
                             let name = name.trim();
                             let (buffer, of) = if let Some(j) =
@@ -788,12 +803,31 @@ impl Family {
                                     .map_err(|err| at(format!("`{a}`: swizzle: {err}")))?;
                                 swizzle_bytes(bytes).map_err(|err| at(format!("`{a}`: {err}")))?;
                             }
+                            let strides = match strides {
+                                None => Vec::new(),
+                                Some(list) => {
+                                    let names: Vec<&str> = list.split(';').map(str::trim).collect();
+                                    if names.len() + 1 != dims.len() {
+                                        return Err(at(format!(
+                                            "`{a}`: {} strides for {} dimensions; a strided map gives one per dimension after the first",
+                                            names.len(),
+                                            dims.len()
+                                        )));
+                                    }
+                                    names
+                                        .iter()
+                                        .map(|n| abi_integer(&abi_params, n))
+                                        .collect::<Result<Vec<_>, _>>()
+                                        .map_err(|err| at(format!("`{a}`: {err}")))?
+                                }
+                            };
                             ArgRef::TensorMap {
                                 buffer,
                                 of,
                                 dims,
                                 boxes,
                                 swizzle,
+                                strides,
                             }
                         } else if let Some((ty, src)) = a.split_once(':') {
                             let expr = Expr::parse(src).map_err(|e| at(format!("`{a}`: {e}")))?;
@@ -879,9 +913,13 @@ impl Family {
                 if let ArgRef::TensorMap {
                     buffer,
                     of: MappedBuffer::Input,
+                    strides,
                     ..
                 } = a
                 {
+                    if !strides.is_empty() {
+                        continue;
+                    }
                     let name = &input_names[*buffer];
                     if !contiguous.contains(name) {
                         return Err(FamilyError::Invalid {
@@ -889,7 +927,7 @@ impl Family {
                             line: array_line(&text, "launch", i, "args")
                                 .or_else(|| line_of(&text, Some("launch"), "args")),
                             message: format!(
-                                "a tensor map views input `{name}` as a contiguous tensor, but the family does not declare it: add `contiguous = [\"{name}\", ...]` at the top of the file (the gate then tests `{name}` contiguous only, and an artifact copies it to contiguous)"
+                                "a tensor map views input `{name}` as a contiguous tensor, but the family does not declare it: give the map the call's strides (tmap:...:SWIZZLE:STRIDES), or add `contiguous = [\"{name}\", ...]` at the top of the file (the gate then tests `{name}` contiguous only, and an artifact copies it to contiguous)"
                             ),
                         });
                     }
@@ -1222,6 +1260,7 @@ pub fn resolve_launch_args(
                         dims,
                         boxes,
                         swizzle,
+                        strides,
                     } => {
                         let elem = match of {
                             MappedBuffer::Input => problem
@@ -1235,14 +1274,14 @@ pub fn resolve_launch_args(
                                 .ok_or_else(|| format!("no scratch buffer {buffer}"))?,
                         };
                         let swizzle = swizzle_bytes(eval(swizzle)?)?;
-                        out.push(ArgSlot::TensorMap(tensor_map_slot(
-                            (*buffer, *of),
-                            elem,
-                            dims,
-                            boxes,
-                            swizzle,
-                            &eval,
-                        )?));
+                        let mut slot =
+                            tensor_map_slot((*buffer, *of), elem, dims, boxes, swizzle, &eval)?;
+                        for (k, &i) in strides.iter().enumerate() {
+                            slot.stride_abi[k] = Some(u16::try_from(i).map_err(|_| {
+                                format!("tensor map stride: ABI argument {i} is out of range")
+                            })?);
+                        }
+                        out.push(ArgSlot::TensorMap(slot));
                     }
                     ArgRef::List(name) => {
                         let range = arg_list(&lists, name)?;
@@ -1258,6 +1297,28 @@ pub fn resolve_launch_args(
         .collect()
 }
 
+/// The ABI index of integer parameter `name` (a tensor map's stride).
+fn abi_integer(params: &[crate::problem::AbiParam], name: &str) -> Result<usize, String> {
+    match params.iter().position(|p| p.name == name) {
+        Some(i) if matches!(params[i].kind.as_str(), "i32" | "i64") => Ok(i),
+        Some(i) => Err(format!(
+            "stride `{name}` is a {} parameter, not an integer",
+            params[i].ctype
+        )),
+        None => {
+            let integers: Vec<&str> = params
+                .iter()
+                .filter(|p| matches!(p.kind.as_str(), "i32" | "i64"))
+                .map(|p| p.name.as_str())
+                .collect();
+            Err(format!(
+                "stride `{name}` is not a parameter of the problem's ABI (its integers: {})",
+                integers.join(", ")
+            ))
+        }
+    }
+}
+
 /// ABI argument `i` as a launch list holds it: a tensor as its slot (the same in every
 /// call), anything else (sizes, strides, scalars) symbolic, for each call to bind.
 fn symbolic(abi: &[ArgSlot], i: usize) -> ArgSlot {
@@ -1268,16 +1329,47 @@ fn symbolic(abi: &[ArgSlot], i: usize) -> ArgSlot {
 }
 
 /// `args` with every [`ArgSlot::Abi`] replaced by that argument of `abi` (a call's
-/// [`Problem::call_args`]); an index past it is an error.
+/// [`Problem::call_args`]), and every tensor map's strides from the ABI written in bytes;
+/// an index past it is an error, and so is a stride that is not a non-negative integer.
 pub fn bind_abi(args: &[ArgSlot], abi: &[ArgSlot]) -> Result<Vec<ArgSlot>, String> {
+    let get = |i: usize| {
+        abi.get(i).copied().ok_or_else(|| {
+            format!(
+                "argument names ABI argument {i}, but the ABI has {}",
+                abi.len()
+            )
+        })
+    };
     args.iter()
         .map(|a| match *a {
-            ArgSlot::Abi(i) => abi.get(i).copied().ok_or_else(|| {
-                format!(
-                    "argument names ABI argument {i}, but the ABI has {}",
-                    abi.len()
-                )
-            }),
+            ArgSlot::Abi(i) => get(i),
+            ArgSlot::TensorMap(mut m) => {
+                for k in 0..m.stride_abi.len() {
+                    let Some(i) = m.stride_abi[k].take() else {
+                        continue;
+                    };
+                    let elements = match get(usize::from(i))? {
+                        ArgSlot::I64(x) => x,
+                        ArgSlot::I32(x) => i64::from(x),
+                        other => {
+                            return Err(format!(
+                                "a tensor map's stride {} is ABI argument {i}, which is {other:?}, not an integer",
+                                k + 1
+                            ))
+                        }
+                    };
+                    m.strides_bytes[k] = u64::try_from(elements)
+                        .ok()
+                        .and_then(|e| e.checked_mul(m.elem.size() as u64))
+                        .ok_or_else(|| {
+                            format!(
+                                "a tensor map's stride {} (ABI argument {i}) is {elements} elements",
+                                k + 1
+                            )
+                        })?;
+                }
+                Ok(ArgSlot::TensorMap(m))
+            }
             other => Ok(other),
         })
         .collect()
@@ -1355,6 +1447,7 @@ fn tensor_map_slot(
         strides_bytes: [0; 4],
         box_dims: [1; 5],
         swizzle_bytes: swizzle,
+        stride_abi: [None; 4],
     };
     let mut stride = elem.size() as u64;
     for (i, (d, b)) in dims.iter().zip(boxes).enumerate() {

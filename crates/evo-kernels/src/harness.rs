@@ -174,7 +174,8 @@ pub enum MappedBuffer {
 /// A tiled tensor map over one input or scratch buffer, as a problem or family asks for
 /// it. Dimensions run innermost first; `rank` entries of `dims` and `box_dims` and
 /// `rank - 1` of `strides_bytes` are used (the rest are ignored). The element type is the
-/// buffer's.
+/// buffer's. A stride taken from the call (`stride_abi`) is bound by
+/// [`crate::bind_abi`], which writes it into `strides_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMapSlot {
     /// The buffer's index among the call's inputs or its scratch buffers (`of`).
@@ -189,6 +190,17 @@ pub struct TensorMapSlot {
     pub box_dims: [u32; 5],
     /// Shared-memory swizzle span in bytes: 0 (none), 32, 64 or 128.
     pub swizzle_bytes: u32,
+    /// Per entry of `strides_bytes`: the index of the problem's ABI argument (an integer,
+    /// in elements) that gives it for each call, or `None` where `strides_bytes` holds it.
+    #[serde(default)]
+    pub stride_abi: [Option<u16>; 4],
+}
+
+impl TensorMapSlot {
+    /// Whether every stride is known (none waits for a call's ABI arguments).
+    pub fn is_bound(&self) -> bool {
+        self.stride_abi.iter().all(Option::is_none)
+    }
 }
 
 impl TensorMapSlot {
@@ -214,6 +226,7 @@ impl TensorMapSlot {
             strides_bytes: [row_stride * elem.size() as u64, 0, 0, 0],
             box_dims: [box_cols, box_rows, 1, 1, 1],
             swizzle_bytes,
+            stride_abi: [None; 4],
         }
     }
 }

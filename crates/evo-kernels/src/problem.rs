@@ -129,6 +129,61 @@ impl VarDecl {
     }
 }
 
+/// One parameter of a problem's kernel signature ([`Problem::abi`]), as [`abi_params`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AbiParam {
+    pub name: String,
+    /// C type as written in the signature (`const T*`, `int`, `long long`, `float`).
+    pub ctype: String,
+    /// `pointer`, `i32`, `i64` or `f32`: how a caller packs it.
+    pub kind: String,
+}
+
+/// The parameters of an ABI text's first line-spanning signature
+/// `extern "C" __global__ void NAME(TYPE name, ...)`.
+pub fn abi_params(abi: &str) -> Result<Vec<AbiParam>, String> {
+    let open = abi.find('(').ok_or("the ABI text has no `(`")?;
+    let close = abi[open..]
+        .find(')')
+        .map(|i| open + i)
+        .ok_or("the ABI text has no `)`")?;
+    let mut params = Vec::new();
+    for part in abi[open + 1..close].split(',') {
+        let part = part.split_whitespace().collect::<Vec<_>>().join(" ");
+        let split = part
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .ok_or_else(|| format!("cannot read parameter `{part}`"))?;
+        let (ctype, name) = (
+            part[..=split].trim().to_string(),
+            part[split + 1..].to_string(),
+        );
+        if name.is_empty() || ctype.is_empty() {
+            return Err(format!("cannot read parameter `{part}`"));
+        }
+        let kind = if ctype.ends_with('*') {
+            "pointer"
+        } else {
+            match ctype.as_str() {
+                "int" => "i32",
+                "long long" | "int64_t" => "i64",
+                "float" => "f32",
+                other => {
+                    return Err(format!(
+                        "parameter `{name}` has type `{other}`, which the artifact cannot pack"
+                    ))
+                }
+            }
+        };
+        params.push(AbiParam {
+            name,
+            ctype,
+            kind: kind.into(),
+        });
+    }
+    Ok(params)
+}
+
 /// A problem evo can search kernels for.
 pub trait Problem: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;

@@ -252,15 +252,7 @@ fn kernels_take_their_own_arguments_and_scratch() {
     let space = f.space(vec![f.probe_context()]).unwrap();
     let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
     let vars = space.vars(&g, 0).unwrap();
-    let shape = evo_kernels::problem("gemm")
-        .unwrap()
-        .complete_shape(
-            &[("M", 100), ("N", 65), ("K", 64)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.into()))
-                .collect(),
-        )
-        .unwrap();
+    let shape = toy_gemm_shape();
     let args = f.launch_args(&vars, &shape).unwrap();
     assert_eq!(
         args[0],
@@ -549,14 +541,7 @@ fn tensor_map_arguments() {
     let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
     let vars = space.vars(&g, 0).unwrap();
     let problem = evo_kernels::problem("gemm").unwrap();
-    let shape = problem
-        .complete_shape(
-            &[("M", 100), ("N", 65), ("K", 64)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.into()))
-                .collect(),
-        )
-        .unwrap();
+    let shape = toy_gemm_shape();
     let elem = problem.inputs(&shape)[1].elem;
     let args = f.launch_args(&vars, &shape).unwrap();
     assert_eq!(
@@ -570,6 +555,7 @@ fn tensor_map_arguments() {
             strides_bytes: [64 * elem.size() as u64, 0, 0, 0],
             box_dims: [64, 32, 1, 1, 1],
             swizzle_bytes: 128,
+            stride_abi: [None; 4],
         })
     );
     for (bad, needle) in [
@@ -616,6 +602,84 @@ fn tensor_map_arguments() {
     assert!(e.to_string().contains("swizzle `96`"), "{e}");
 }
 
+/// `tmap:NAME:DIMS:BOX:SWIZZLE:STRIDES`: the map takes each stride from the named ABI
+/// argument of the call (bound by `bind_abi`, in bytes), needs no `contiguous` declaration
+/// (the gate then varies the input's layout), and names only integer ABI parameters.
+#[test]
+fn tensor_maps_with_the_calls_strides() {
+    use evo_kernels::harness::{ArgSlot, TensorMapSlot};
+    let toml = multi_toml(
+        r#"["a", "a2"]"#,
+        r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128:ldb"]"#,
+        SCRATCH,
+    );
+    let (_dir, root) = tree(&toml, GOOD_TEMPLATE);
+    let f = Family::load(&root, "gemm", "toy").unwrap();
+    assert!(f.contiguous.is_empty());
+    let space = f.space(vec![f.probe_context()]).unwrap();
+    let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let problem = evo_kernels::problem("gemm").unwrap();
+    let shape = toy_gemm_shape();
+    let elem = problem.inputs(&shape)[1].elem;
+    let args = f.launch_args(&vars, &shape).unwrap();
+    let ArgSlot::TensorMap(map) = *args[1].last().unwrap() else {
+        panic!("{:?}", args[1]);
+    };
+    // ldb is the gemm ABI's argument 7; unbound until a call's arguments come.
+    assert_eq!(map.stride_abi, [Some(7), None, None, None]);
+    assert!(!map.is_bound());
+    let mut call_abi = problem.args(&shape);
+    call_abi[7] = ArgSlot::I32(72);
+    let bound = evo_kernels::bind_abi(&args[1], &call_abi).unwrap();
+    assert_eq!(
+        *bound.last().unwrap(),
+        ArgSlot::TensorMap(TensorMapSlot {
+            strides_bytes: [72 * elem.size() as u64, 0, 0, 0],
+            stride_abi: [None; 4],
+            ..map
+        })
+    );
+    // A negative stride is refused, not wrapped.
+    call_abi[7] = ArgSlot::I32(-8);
+    let e = evo_kernels::bind_abi(&args[1], &call_abi).unwrap_err();
+    assert!(e.contains("-8 elements"), "{e}");
+    for (bad, needle) in [
+        (
+            "tmap:b:K;N:64;TILE:128:ldq",
+            "stride `ldq` is not a parameter",
+        ),
+        (
+            "tmap:b:K;N:64;TILE:128:b",
+            "stride `b` is a const T* parameter",
+        ),
+        (
+            "tmap:b:K;N:64;TILE:128:ldb;lda",
+            "2 strides for 2 dimensions",
+        ),
+        ("tmap:b:K;N:64;TILE:128:ldb:x", "write tmap:NAME"),
+    ] {
+        let toml = multi_toml(
+            r#"["a", "a2"]"#,
+            &format!(r#"["a2", "b", "c", "@abi", "{bad}"]"#),
+            SCRATCH,
+        );
+        let e = load(&toml, GOOD_TEMPLATE).unwrap_err();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+    // Without strides, a map over an undeclared input is still refused.
+    let e = load(
+        &multi_toml(
+            r#"["a", "a2"]"#,
+            r#"["a2", "b", "c", "@abi", "tmap:b:K;N:64;TILE:128"]"#,
+            SCRATCH,
+        ),
+        GOOD_TEMPLATE,
+    )
+    .unwrap_err();
+    assert!(e.contains("give the map the call's strides"), "{e}");
+}
+
 /// `tmap:NAME:...` over a `[[scratch]]` buffer: a slot over that scratch buffer with its
 /// declared element type (DTYPE: the specialization's), contiguous strides; the map counts
 /// as passing the buffer, and needs no `contiguous` declaration (scratch is contiguous).
@@ -646,15 +710,7 @@ len = \"K * N\"
     let space = f.space(vec![f.probe_context()]).unwrap();
     let g = Genome::parse("TILE=32,MODE=fancy,UNROLL=true").unwrap();
     let vars = space.vars(&g, 0).unwrap();
-    let problem = evo_kernels::problem("gemm").unwrap();
-    let shape = problem
-        .complete_shape(
-            &[("M", 100), ("N", 65), ("K", 64)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.into()))
-                .collect(),
-        )
-        .unwrap();
+    let shape = toy_gemm_shape();
     let dtype = evo_kernels::harness::dtype(&shape);
     let args = f.launch_args(&vars, &shape).unwrap();
     let n = args[1].len();
@@ -670,6 +726,7 @@ len = \"K * N\"
                 strides_bytes: [64, 0, 0, 0],
                 box_dims: [64, 32, 1, 1, 1],
                 swizzle_bytes: 64,
+                stride_abi: [None; 4],
             }),
             ArgSlot::TensorMap(TensorMapSlot {
                 buffer: 2,
@@ -680,6 +737,7 @@ len = \"K * N\"
                 strides_bytes: [65 * dtype.size() as u64, 0, 0, 0],
                 box_dims: [16, 16, 1, 1, 1],
                 swizzle_bytes: 32,
+                stride_abi: [None; 4],
             }),
         ]
     );
@@ -693,6 +751,19 @@ len = \"K * N\"
         load(&unused, GOOD_TEMPLATE),
         &["scratch `bt` is declared but no [[launch]] passes it"],
     );
+}
+
+/// The gemm shape (M 100, N 65, K 64) the launch-argument tests resolve against.
+fn toy_gemm_shape() -> evo_core::Vars {
+    evo_kernels::problem("gemm")
+        .unwrap()
+        .complete_shape(
+            &[("M", 100), ("N", 65), ("K", 64)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into()))
+                .collect(),
+        )
+        .unwrap()
 }
 
 /// The toy family with input `b` declared contiguous (top-level key, before any table).

@@ -431,6 +431,69 @@ fn every_valid_wgmma_sdpa_genome_renders_and_every_knob_matters() {
 /// min(132, work items) CTAs in x, a work item being one query block, or causal a pair of them;
 /// the kernel learns which (PERSISTENT, ITEM_BLOCKS) from its render, and only TMA-fed genomes
 /// whose warpgroups own rows are persistent.
+/// sdpa_fwd_wgmma reads q, k and v through 4-D tensor maps (head_dim, seq, heads, batch) over
+/// each call's own strides: nothing is declared contiguous, and a model's (batch, seq, heads,
+/// dim) views bind to maps that step over them in place.
+#[test]
+fn wgmma_tensor_maps_take_each_calls_strides() {
+    use evo_kernels::harness::{ArgSlot, Call, Layout};
+    let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();
+    assert!(f.contiguous.is_empty(), "{:?}", f.contiguous);
+    let space = f.space(sdpa_specs().contexts()).unwrap();
+    let g = space
+        .iter_valid()
+        .find(|g| g.canonical().contains("LOADER=tma"))
+        .unwrap();
+    let vars = space.vars(&g, 0).unwrap();
+    let sdpa = evo_kernels::problem("sdpa_fwd").unwrap();
+    let (b, h, s, d) = (
+        2usize,
+        3usize,
+        100usize,
+        vars["HEAD_DIM"].as_int().unwrap() as usize,
+    );
+    let shape = sdpa
+        .complete_shape(
+            &[("BATCH", b), ("HEADS", h), ("SEQ_Q", s), ("SEQ_KV", s)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), (v as i64).into()))
+                .chain(["HEAD_DIM", "DTYPE", "CAUSAL"].map(|k| (k.to_string(), vars[k].clone())))
+                .collect(),
+        )
+        .unwrap();
+    let args = f.launch_args(&vars, &shape).unwrap();
+    // (batch, seq, heads, dim) storage seen as (batch, heads, seq, dim).
+    let bshd = Layout::new(
+        vec![b, h, s, d],
+        vec![s * h * d, d, h * d, 1],
+        b * s * h * d,
+    )
+    .unwrap();
+    let mut call: Call = sdpa.default_call(&shape);
+    for l in &mut call.layouts[..3] {
+        *l = bshd.clone();
+    }
+    let bound = evo_kernels::bind_abi(&args[0], &sdpa.call_args(&shape, &call)).unwrap();
+    let maps: Vec<_> = bound
+        .iter()
+        .filter_map(|a| match a {
+            ArgSlot::TensorMap(m) => Some(*m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(maps.len(), 3);
+    for m in maps {
+        assert!(m.is_bound());
+        assert_eq!(m.rank, 4);
+        assert_eq!(m.dims[..4], [d as u64, s as u64, h as u64, b as u64]);
+        let e = m.elem.size() as u64;
+        assert_eq!(
+            m.strides_bytes[..3],
+            [(h * d) as u64 * e, d as u64 * e, (s * h * d) as u64 * e]
+        );
+    }
+}
+
 #[test]
 fn wgmma_scheduler_launches_and_renders() {
     let f = Family::load(&templates(), "sdpa_fwd", "sdpa_fwd_wgmma").unwrap();

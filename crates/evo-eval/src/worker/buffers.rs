@@ -223,6 +223,10 @@ pub fn bind_args(slots: &[ArgSlot], p: &CallPointers) -> Result<Vec<KernelArg>, 
             ArgSlot::Abi(i) => Err(format!(
                 "ABI argument {i} is not bound to a call (bind_abi first)"
             )),
+            ArgSlot::TensorMap(m) if !m.is_bound() => Err(format!(
+                "a tensor map over buffer {} takes strides from the ABI and is not bound to a call (bind_abi first)",
+                m.buffer
+            )),
             ArgSlot::TensorMap(m) => {
                 let (what, list) = match m.of {
                     MappedBuffer::Input => ("input", p.inputs),

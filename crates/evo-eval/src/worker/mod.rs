@@ -558,6 +558,11 @@ mod tests {
         map.of = evo_kernels::harness::MappedBuffer::Input;
         let e = bind_args(&[ArgSlot::TensorMap(map)], &p).unwrap_err();
         assert!(e.contains("input 2") && e.contains("2 input"), "{e}");
+        // A map whose strides come from the call is refused until they are bound.
+        map.buffer = 0;
+        map.stride_abi[0] = Some(7);
+        let e = bind_args(&[ArgSlot::TensorMap(map)], &p).unwrap_err();
+        assert!(e.contains("not bound"), "{e}");
     }
 
     #[test]
