@@ -13,7 +13,8 @@ artifact's kernels (not the fallback) served the calls (evo_kernel.stats()):
   * the op itself falls back (a mask) to PyTorch's SDPA, counted;
   * every specialization and shape of the dispatch table with q, k and v in a model's
     (batch, seq, heads, dim) layout and in a padded, permuted one: against PyTorch's SDPA,
-    and read in place (no copy) wherever the variant does not declare them contiguous.
+    and read in place (no copy) wherever the variant does not declare them contiguous;
+  * an expand()ed k (elements sharing memory, outside the ABI) is copied first, counted.
 """
 import os
 import sys
@@ -70,14 +71,17 @@ def test_torch_compile_fullgraph():
 
 def test_torch_compile_reduce_overhead():
     torch._dynamo.reset()
-    f = torch.compile(lambda q, k, v: evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL) + 1.0,
+    # Times 2 (exact in floating point), not + 1: adding 1 to outputs near 0.05 and taking it
+    # away again in f16 loses up to half an ulp of 1 (4.9e-4) per element, a rel L2 near the
+    # tolerance that is the test's arithmetic, not the kernel's (6.2e-3 in session 31).
+    f = torch.compile(lambda q, k, v: evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL) * 2.0,
                       mode="reduce-overhead", fullgraph=True)
     evo_kernel.reset_stats()
     errs = []
     for seed in (3, 4, 5, 6):
         q, k, v = inputs(seed)
         out = f(q, k, v).clone()  # a CUDA-graph output is overwritten by the next replay
-        errs.append(check(out - 1.0, q, k, v))
+        errs.append(check(out, q, k, v, 2.0))
     s = evo_kernel.stats()
     # The op runs eagerly while PyTorch warms up and records; replays launch its kernels
     # without Python, so later calls are not counted.
@@ -166,8 +170,19 @@ def test_strided_inputs_in_place():
     return f"{cases} calls (every table entry, two layouts), {served} on evo's kernels, no undeclared copies"
 
 
+def test_expanded_input_is_copied():
+    q, k, v = inputs(11)
+    k = k[:, :1].expand(SHAPE_KV)  # one head's keys for every head: stride 0, elements shared
+    evo_kernel.reset_stats()
+    out = evo_kernel.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL)
+    err = check(out, q, k, v)
+    st = evo_kernel.stats()
+    assert st["evo"] == 1 and st["copies"] == {"k": 1}, st
+    return f"an expand()ed k copied first (counted), then evo's kernels, rel L2 {err:.1e}"
+
+
 TESTS = [test_torch_compile_fullgraph, test_torch_compile_reduce_overhead, test_cuda_graph_capture,
-         test_op_falls_back_inside, test_strided_inputs_in_place]
+         test_op_falls_back_inside, test_strided_inputs_in_place, test_expanded_input_is_copied]
 
 if __name__ == "__main__":
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; artifact {ART}, op {evo_kernel.OP}")

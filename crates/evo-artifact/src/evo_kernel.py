@@ -256,6 +256,18 @@ def _is_contiguous(shape, strides):
     return True
 
 
+def _apart(shape, strides):
+    """Whether no two elements share memory (the ABI's "strides that keep the elements apart"):
+    taken by increasing stride, each dimension of more than one element steps over the whole
+    extent of the ones before it."""
+    extent = 1
+    for n, st in sorted(((n, st) for n, st in zip(shape, strides) if n > 1), key=lambda d: d[1]):
+        if st < extent:
+            return False
+        extent = st * (n - 1) + extent
+    return True
+
+
 def _arch_ok(capability):
     arch = MANIFEST["arch"]
     digits = arch[3:].rstrip("af")
@@ -312,14 +324,17 @@ def _decide(q, k, v, is_causal, scale, capability=None):
     entry = dispatch_entry(spec, shape)
     variant = _VARIANTS[entry["variant"]]
     # Layout: the variant's declared tensors contiguous, every tensor's last dimension
-    # contiguous and its other strides multiples of 8 elements (16 bytes); else a copy.
+    # contiguous, its other strides multiples of 8 elements (16 bytes) and its elements apart
+    # (an expand()ed tensor is not); else a copy. A dimension of one element has no stride to
+    # speak of: it gets its contiguous one.
     declared = variant.get("contiguous", [])
     copies, strides = [], {}
     q_order = tuple(int(x) for x in q.stride())  # the caller's q, before any copy
     for name, t in zip(names, ts):
-        sh, st = tuple(int(x) for x in t.shape), tuple(int(x) for x in t.stride())
+        sh = tuple(int(x) for x in t.shape)
+        st = tuple(c if n == 1 else int(x) for n, x, c in zip(sh, t.stride(), _contiguous_strides(sh)))
         if ((name in declared and not _is_contiguous(sh, st)) or (st[3] != 1 and D > 1)
-                or any(s % 8 != 0 or s < 0 for s in st[:3])):
+                or any(s % 8 != 0 or s < 0 for s in st[:3]) or not _apart(sh, st)):
             copies.append(name)
             st = _contiguous_strides(sh)
         strides[name] = st

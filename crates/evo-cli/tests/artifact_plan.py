@@ -36,6 +36,11 @@ cases = {
     "misaligned": lambda: ek.plan(Fake((1, 8, 64, 64), ptr=4098), *qkv(1, 8, 64, 64, 64)[1:]),
     # Rows padded to 72 elements: fine for the ABI's strides, not for a TMA tensor map.
     "padded_rows": lambda: ek.plan(Fake((1, 8, 64, 64), strides=(8 * 64 * 72, 64 * 72, 72, 1)), *qkv(1, 8, 64, 64, 64)[1:]),
+    # k broadcast over the batch (expand(): stride 0), so its elements are not apart: copied.
+    "expanded_k": lambda: ek.plan(Fake((2, 8, 64, 64)), Fake((2, 8, 64, 64), strides=(0, 4096, 64, 1)),
+                                  Fake((2, 8, 64, 64))),
+    # A batch of one with an odd batch stride: no stride to speak of, read in place.
+    "one_batch_odd_stride": lambda: ek.plan(Fake((1, 8, 64, 64), strides=(3, 4096, 64, 1)), *qkv(1, 8, 64, 64, 64)[1:]),
     "kv_mismatch": lambda: ek.plan(Fake((1, 8, 64, 64)), Fake((1, 8, 32, 64)), Fake((1, 8, 33, 64))),
     "three_d": lambda: ek.plan(Fake((8, 64, 64)), *qkv(1, 8, 64, 64, 64)[1:]),
     "mixed_dtypes": lambda: ek.plan(Fake((1, 8, 64, 64), dtype="torch.bfloat16"), *qkv(1, 8, 64, 64, 64)[1:]),

@@ -615,16 +615,19 @@ fn check_python_plan(dir: &Path, tmaps: usize) {
         assert!(got.contains(text), "{case}: {got}");
     }
     // Layouts the kernels cannot read are copied to contiguous first: a strided last
-    // dimension, strides that are not multiples of 8 elements. Padded rows are read in place
+    // dimension, strides that are not multiples of 8 elements (of a dimension of more than one
+    // element). Padded rows are read in place
     // (the Hopper family's maps take the call's strides). Misaligned data is cloned at call
     // time (plan() does not see addresses).
     let copies = &report["copies"];
     for case in ["last_dim_strided", "seq_stride_odd"] {
         assert_eq!(copies[case], serde_json::json!(["q"]), "{case}");
     }
-    for case in ["misaligned", "padded_rows"] {
+    for case in ["misaligned", "padded_rows", "one_batch_odd_stride"] {
         assert_eq!(copies[case], serde_json::json!([]), "{case}");
     }
+    // Elements that share memory (an expand()ed k) are outside the ABI: copied.
+    assert_eq!(copies["expanded_k"], serde_json::json!(["k"]));
     // A model's (batch, seq, heads, dim) views: read in place, each map stepping over rows
     // HEADS * HEAD_DIM apart, heads HEAD_DIM apart, batches SEQ * HEADS * HEAD_DIM apart.
     let bshd = &report["bshd"];
