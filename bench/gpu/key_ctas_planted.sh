@@ -23,7 +23,7 @@ fault=${PLANTED_FAULT:-nowait}
 case $fault in
   nowait) sed -i '/evo::mbar_wait_parity_cluster(&merge_full\[mwg\], 0);/d' "$kernel" ;;
   columns) sed -i 's/part_chunk(acc_o, sm, to \* Tr::OWN_BLOCKS + c)/part_chunk(acc_o, sm, split * Tr::OWN_BLOCKS + c)/' "$kernel" ;;
-  weight) sed -i 's/\*= f\[OWN\]\[\([01]\)\];/*= f[0][\1];/' "$kernel" ;;
+  weight) sed -i 's/}, f\[OWN\]);/}, f[0]);/' "$kernel" ;;
   *) echo "PLANTED_FAULT: nowait, columns or weight, not $fault" >&2; exit 2 ;;
 esac
 if cmp -s "$kernel" templates/sdpa_fwd/sdpa_fwd_wgmma.cu.tera; then

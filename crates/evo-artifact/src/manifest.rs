@@ -207,9 +207,10 @@ pub enum LaunchArg {
 /// A tiled TMA tensor map (`cuTensorMapEncodeTiled`) over the tensor of an ABI pointer
 /// parameter (`param`) or a scratch buffer (`scratch`; exactly one of the two is given),
 /// viewed as a tensor of `dims` elements (innermost first; byte strides are the running
-/// products of the dimensions, or the `strides` parameters times the element size), read in `box_dims` boxes, with element type the
-/// tensor's, no interleave, element strides 1, `swizzle_bytes` shared-memory swizzle (0,
-/// 32, 64, 128), L2 promotion 128 bytes, out-of-bounds elements read as zero.
+/// products of the dimensions, or the `strides` parameters times the element size), read
+/// in `box_dims` boxes, with element type the tensor's, no interleave, element strides 1,
+/// `swizzle_bytes` shared-memory swizzle (0, 32, 64, 128), L2 promotion 128 bytes,
+/// out-of-bounds elements read as zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TensorMapText {

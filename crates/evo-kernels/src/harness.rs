@@ -201,9 +201,7 @@ impl TensorMapSlot {
     pub fn is_bound(&self) -> bool {
         self.stride_abi.iter().all(Option::is_none)
     }
-}
 
-impl TensorMapSlot {
     /// A 2-D map over a row-major `rows x cols` matrix with `row_stride` elements between
     /// rows, read in `box_rows x box_cols` boxes.
     #[allow(clippy::too_many_arguments)]
